@@ -1,2 +1,3 @@
 """spectally: the specification and executable reference of speculative-decoding counters."""
+
 __version__ = "0.1.0"

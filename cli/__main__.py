@@ -1,0 +1,3 @@
+from spectally.cli import main
+
+main()

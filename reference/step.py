@@ -1,0 +1,356 @@
+"""The step rules: what one (request, engine step) draft block adds to every counter.
+
+This module is the single text of the counting rules. It is written over an `Arith`, so the
+engine state machine evaluates it over ``int`` and the proofs evaluate the very same functions
+over Z3 terms (see ``arith.py``). SPEC.md section 3 is its prose.
+
+A draft block is N proposed draft tokens followed by P padding slots (placeholders that stand
+for no proposal). Each stage keeps a prefix of what reaches it:
+
+    sync : propose -> grammar -> schedule -> AV -> target forward (verified) -> accept
+    async: propose -> schedule -> AV -> target forward (verified) -> grammar -> accept
+
+A draft token's *fate* is the first stage that cuts it. Stage inputs are caps: the grammar keeps
+at most G (the longest grammar-valid prefix of the proposal), the schedule at most S slots, AV at
+most V of the scheduled drafts, and the target accepts A of the drafts still eligible.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Generic
+
+from .arith import INT_ARITH, Arith, B, N
+
+
+class Mode(str, enum.Enum):
+    """Scheduling mode: where the grammar stage sits in the pipeline."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+@dataclass(frozen=True)
+class StepInputs(Generic[N, B]):
+    """Everything the counters of one draft block depend on (see SPEC.md, "Stage inputs").
+
+    Caps that are "off" are normalised by `StepQuery.inputs`: no structured output means
+    ``grammar_valid == proposed``; no schedule cut or AV means a cap of ``proposed + padding``.
+    """
+
+    proposed: N  # N: real draft tokens the drafter proposed
+    padding: N  # P: placeholder slots after them that stand for no proposal
+    structured: B  # the request has a structured-output grammar
+    grammar_valid: N  # G: longest grammar-valid prefix of the proposal (== N when unstructured)
+    schedule_cap: N  # S: slots the schedule allows (token budget, max_model_len)
+    av_cap: N  # V: scheduled drafts adaptive verification sends to the target
+    accepted: N  # A: drafts the target accepted (bonus token excluded)
+    applied: B  # the block's result was applied to the request
+    legacy_reported: B  # vLLM <= 0.32 would count it (applied, or stale output it did not drop)
+
+
+@dataclass(frozen=True)
+class Fates(Generic[N]):
+    """How many of the block's proposed drafts each stage cut. They partition ``proposed``."""
+
+    accepted: N
+    rejected: N  # verified and refused by the target
+    grammar_invalid_verified: N  # async only: in the forward pass, then refused by the grammar
+    grammar_invalid_unverified: N  # sync only: cut by the grammar before scheduling
+    av_skipped: N  # scheduled but not sent to the target by adaptive verification
+    truncated: N  # cut by the schedule (token budget, max_model_len)
+
+    def as_dict(self) -> dict[str, N]:
+        return {
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "grammar_invalid_verified": self.grammar_invalid_verified,
+            "grammar_invalid_unverified": self.grammar_invalid_unverified,
+            "av_skipped": self.av_skipped,
+            "truncated": self.truncated,
+        }
+
+
+FATE_NAMES: tuple[str, ...] = (
+    "accepted",
+    "rejected",
+    "grammar_invalid_verified",
+    "grammar_invalid_unverified",
+    "av_skipped",
+    "truncated",
+)
+
+
+@dataclass(frozen=True)
+class Pipeline(Generic[N]):
+    """The prefix lengths the block keeps after each stage (drafts only, padding excluded)."""
+
+    after_grammar_sync: N  # sync: drafts left by the grammar (== proposed in async)
+    scheduled_drafts: N  # drafts the schedule kept
+    verified: N  # drafts in the target forward pass
+    eligible: N  # drafts the target may accept (grammar-valid and verified)
+    scheduled_slots: N  # slots the schedule kept, padding included (what vLLM 0.32 sees)
+
+
+def pipeline(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> Pipeline[N]:
+    """Run the stage caps over the block, in ``mode``'s order."""
+    real_after_grammar = ar.ite(x.structured, ar.min(x.grammar_valid, x.proposed), x.proposed)
+    if mode is Mode.SYNC:
+        kept_by_grammar = real_after_grammar
+        scheduled_drafts = ar.min(kept_by_grammar, x.schedule_cap)
+        verified = ar.min(scheduled_drafts, x.av_cap)
+        eligible = verified
+        # vLLM's validate_tokens strips a -1 placeholder and all after it for structured requests.
+        slots_offered = ar.ite(x.structured, kept_by_grammar, ar.add(x.proposed, x.padding))
+    else:
+        kept_by_grammar = x.proposed
+        scheduled_drafts = ar.min(x.proposed, x.schedule_cap)
+        verified = ar.min(scheduled_drafts, x.av_cap)
+        eligible = ar.min(verified, real_after_grammar)
+        slots_offered = ar.add(x.proposed, x.padding)
+    return Pipeline(
+        after_grammar_sync=kept_by_grammar,
+        scheduled_drafts=scheduled_drafts,
+        verified=verified,
+        eligible=eligible,
+        scheduled_slots=ar.min(slots_offered, x.schedule_cap),
+    )
+
+
+def fates(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> Fates[N]:
+    """Each proposed draft's fate: the first stage that cut it."""
+    p = pipeline(mode, x, ar)
+    zero = ar.lit(0)
+    if mode is Mode.SYNC:
+        return Fates(
+            accepted=x.accepted,
+            rejected=ar.sub(p.verified, x.accepted),
+            grammar_invalid_verified=zero,
+            grammar_invalid_unverified=ar.sub(x.proposed, p.after_grammar_sync),
+            av_skipped=ar.sub(p.scheduled_drafts, p.verified),
+            truncated=ar.sub(p.after_grammar_sync, p.scheduled_drafts),
+        )
+    return Fates(
+        accepted=x.accepted,
+        rejected=ar.sub(p.eligible, x.accepted),
+        grammar_invalid_verified=ar.sub(p.verified, p.eligible),
+        grammar_invalid_unverified=zero,
+        av_skipped=ar.sub(p.scheduled_drafts, p.verified),
+        truncated=ar.sub(x.proposed, p.scheduled_drafts),
+    )
+
+
+@dataclass(frozen=True)
+class RfcStepCounts(Generic[N]):
+    """What one block adds to the rfc counters. Per-position vectors are prefix indicators:
+    position i gains 1 when i < the matching ``*_len`` (see `position_increment`)."""
+
+    drafted: N
+    verified: N
+    accepted: N
+    spec_steps: N
+    padding: N
+    fates: Fates[N]
+    discarded_steps: N
+    discarded_drafted: N
+    discarded_verified: N
+
+
+@dataclass(frozen=True)
+class LegacyStepCounts(Generic[N]):
+    """What one block adds to vLLM <= 0.32's SpecDecodingStats (observe_draft)."""
+
+    num_drafts: N
+    num_draft_tokens: N
+    num_accepted_tokens: N
+
+
+def _scale(ar: Arith[N, B], cond: B, value: N) -> N:
+    return ar.ite(cond, value, ar.lit(0))
+
+
+def rfc_step(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> RfcStepCounts[N]:
+    """The rfc profile: a block counts only when its result is applied (SPEC.md R1-R6)."""
+    p = pipeline(mode, x, ar)
+    f = fates(mode, x, ar)
+    applied = x.applied
+    discarded = ar.negate(x.applied)
+    has_drafts = ar.lt(ar.lit(0), x.proposed)
+    return RfcStepCounts(
+        drafted=_scale(ar, applied, x.proposed),
+        verified=_scale(ar, applied, p.verified),
+        accepted=_scale(ar, applied, x.accepted),
+        spec_steps=_scale(ar, ar.both(applied, has_drafts), ar.lit(1)),
+        padding=_scale(ar, applied, x.padding),
+        fates=Fates(
+            accepted=_scale(ar, applied, f.accepted),
+            rejected=_scale(ar, applied, f.rejected),
+            grammar_invalid_verified=_scale(ar, applied, f.grammar_invalid_verified),
+            grammar_invalid_unverified=_scale(ar, applied, f.grammar_invalid_unverified),
+            av_skipped=_scale(ar, applied, f.av_skipped),
+            truncated=_scale(ar, applied, f.truncated),
+        ),
+        discarded_steps=_scale(ar, ar.both(discarded, has_drafts), ar.lit(1)),
+        discarded_drafted=_scale(ar, discarded, x.proposed),
+        discarded_verified=_scale(ar, discarded, p.verified),
+    )
+
+
+def legacy_scheduled_invalid(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> N:
+    """vLLM 0.32's ``num_invalid_spec_tokens``: async, scheduled slots past the valid prefix."""
+    if mode is Mode.SYNC:
+        return ar.lit(0)
+    p = pipeline(mode, x, ar)
+    valid = ar.min(p.scheduled_drafts, x.grammar_valid)
+    return ar.ite(x.structured, ar.sub(p.scheduled_slots, valid), ar.lit(0))
+
+
+def legacy_step(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> LegacyStepCounts[N]:
+    """The vllm-legacy profile (vLLM <= 0.32, scheduler.py:2961 make_spec_decoding_stats).
+
+    A step counts when scheduled slots > 0 and the engine processed its output; drafted is
+    scheduled slots (padding included) minus async grammar-invalid ones; AV is invisible.
+    """
+    p = pipeline(mode, x, ar)
+    counted = ar.both(x.legacy_reported, ar.lt(ar.lit(0), p.scheduled_slots))
+    drafted = ar.sub(p.scheduled_slots, legacy_scheduled_invalid(mode, x, ar))
+    return LegacyStepCounts(
+        num_drafts=_scale(ar, counted, ar.lit(1)),
+        num_draft_tokens=_scale(ar, counted, drafted),
+        num_accepted_tokens=_scale(ar, counted, x.accepted),
+    )
+
+
+def legacy_accepted_len(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> N:
+    """Positions vLLM 0.32 credits in ``num_accepted_tokens_per_pos`` for this block."""
+    return legacy_step(mode, x, ar).num_accepted_tokens
+
+
+def rfc_position_lengths(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> tuple[N, N, N]:
+    """(drafted, verified, accepted) prefix lengths this block adds to the per-position vectors."""
+    c = rfc_step(mode, x, ar)
+    return c.drafted, c.verified, c.accepted
+
+
+def position_increment(length: N, position: N, ar: Arith[N, B]) -> N:
+    """A block of ``length`` tokens adds 1 at every position ``< length``: prefix counting."""
+    return ar.ite(ar.lt(position, length), ar.lit(1), ar.lit(0))
+
+
+def admissibility(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], k: N | None = None
+) -> list[tuple[str, B]]:
+    """The named conditions a block must meet to be producible by an engine (SPEC.md A1-A8).
+
+    Each entry is (reason shown when it fails, condition). The CLI reports the failing reasons;
+    the proofs assume the conjunction.
+    """
+    zero = ar.lit(0)
+    p = pipeline(mode, x, ar)
+    conditions: list[tuple[str, B]] = [
+        ("proposed must be >= 0", ar.le(zero, x.proposed)),
+        ("padding must be >= 0", ar.le(zero, x.padding)),
+        ("grammar-valid prefix must be >= 0", ar.le(zero, x.grammar_valid)),
+        (
+            "grammar-valid prefix cannot exceed the proposal (G <= N)",
+            ar.le(x.grammar_valid, x.proposed),
+        ),
+        (
+            "without structured output every draft is grammar-valid (G == N)",
+            ar.either(x.structured, ar.eq(x.grammar_valid, x.proposed)),
+        ),
+        ("schedule cap must be >= 0", ar.le(zero, x.schedule_cap)),
+        ("AV cap must be >= 0", ar.le(zero, x.av_cap)),
+        ("accepted must be >= 0", ar.le(zero, x.accepted)),
+        (
+            "accepted cannot exceed the drafts eligible for acceptance",
+            ar.le(x.accepted, p.eligible),
+        ),
+        (
+            "an applied block is always reported by vLLM <= 0.32",
+            ar.either(ar.negate(x.applied), x.legacy_reported),
+        ),
+    ]
+    if k is not None:
+        conditions.append(
+            (
+                "the block (proposed + padding) cannot exceed k",
+                ar.le(ar.add(x.proposed, x.padding), k),
+            )
+        )
+    return conditions
+
+
+def admissible(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], k: N | None = None) -> B:
+    """Conjunction of `admissibility`."""
+    result = ar.truth(True)
+    for _, cond in admissibility(mode, x, ar, k):
+        result = ar.both(result, cond)
+    return result
+
+
+def token_fates(mode: Mode, x: StepInputs[int, bool]) -> list[str]:
+    """The fate of each proposed draft, position by position (integers only)."""
+    p = pipeline(mode, x, INT_ARITH)
+    cuts: list[tuple[int, str]]
+    if mode is Mode.SYNC:
+        cuts = [
+            (p.after_grammar_sync, "grammar_invalid_unverified"),
+            (p.scheduled_drafts, "truncated"),
+            (p.verified, "av_skipped"),
+            (x.accepted, "rejected"),
+        ]
+    else:
+        cuts = [
+            (p.scheduled_drafts, "truncated"),
+            (p.verified, "av_skipped"),
+            (p.eligible, "grammar_invalid_verified"),
+            (x.accepted, "rejected"),
+        ]
+    out: list[str] = []
+    for i in range(x.proposed):
+        fate = "accepted"
+        for kept, name in cuts:  # the first stage whose kept prefix ends before i cuts it
+            if i >= kept:
+                fate = name
+                break
+        out.append(fate)
+    return out
+
+
+@dataclass(frozen=True)
+class StepQuery:
+    """One request-step as a user states it (the ``spectally step`` flags); None = stage off."""
+
+    mode: Mode
+    proposed: int
+    accepted: int
+    grammar_valid: int | None = None
+    scheduled: int | None = None
+    av_verify: int | None = None
+    padding: int = 0
+    applied: bool = True
+    legacy_reported: bool | None = None  # default: same as applied
+
+    def inputs(self) -> StepInputs[int, bool]:
+        uncut = self.proposed + self.padding
+        return StepInputs(
+            proposed=self.proposed,
+            padding=self.padding,
+            structured=self.grammar_valid is not None,
+            grammar_valid=self.proposed if self.grammar_valid is None else self.grammar_valid,
+            schedule_cap=uncut if self.scheduled is None else self.scheduled,
+            av_cap=uncut if self.av_verify is None else self.av_verify,
+            accepted=self.accepted,
+            applied=self.applied,
+            legacy_reported=(
+                self.applied if self.legacy_reported is None else self.legacy_reported
+            ),
+        )
+
+    def violations(self, k: int | None = None) -> list[str]:
+        """Reasons no engine could produce this block; empty when admissible."""
+        return [
+            reason for reason, ok in admissibility(self.mode, self.inputs(), INT_ARITH, k) if not ok
+        ]
