@@ -253,10 +253,19 @@ class _RecorderState:
             closer()
 
     # -- events -----------------------------------------------------------------------------
-    def request_event(self, step: int, req_id: str, event: str, reason: str | None) -> None:
+    def request_event(
+        self,
+        step: int,
+        req_id: str,
+        event: str,
+        reason: str | None,
+        structured: bool | None = None,
+    ) -> None:
         rec: Record = {"record": "request", "step": step, "request": req_id, "event": event}
         if reason is not None:
             rec["reason"] = reason
+        if structured is not None:
+            rec["structured"] = structured
         self.emit(step, rec)
 
     def drop_pending(self, req_id: str, outcome: str, step: int) -> None:
@@ -307,7 +316,8 @@ class RecorderMixin:
         is_new = request.request_id not in self.requests  # type: ignore[attr-defined]
         super().add_request(request)  # type: ignore[misc]
         if sx.active and is_new:
-            sx.request_event(sx.step + 1, request.request_id, "add", None)
+            structured = bool(getattr(request, "use_structured_output", False))
+            sx.request_event(sx.step + 1, request.request_id, "add", None, structured)
             sx.flush()
 
     def finish_requests(self, request_ids: Any, finished_status: Any) -> list[Any]:
