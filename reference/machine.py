@@ -331,6 +331,10 @@ class Engine:
         return replace(state, status=status, blocks=tuple(keep), counters=counters), closed
 
     def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
+        if Stage.VERIFY not in block.stages:
+            # Nothing of this block reached the target forward pass, so none of its drafts is
+            # verified: without this the caps alone would count them in discarded_verified.
+            block = replace(block, av_cap=0)
         inputs = block.inputs(state.structured, accepted=0, applied=False, legacy_reported=False)
         return ClosedBlock(state.request, block.step, outcome, inputs)
 
