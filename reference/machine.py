@@ -35,6 +35,7 @@ from .arith import INT_ARITH
 from .counters import Counters
 from .errors import IllegalEvent
 from .events import (
+    EVENT_TYPES,
     Abort,
     Accept,
     AddRequest,
@@ -199,6 +200,8 @@ class EngineConfig:
             raise TypeError(f"mode must be a Mode, got {self.mode!r}")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"k (num_speculative_tokens) must be an int >= 1, got {self.k!r}")
+        if not isinstance(self.drop_stale_output, bool):
+            raise TypeError(f"drop_stale_output must be a bool, got {self.drop_stale_output!r}")
 
 
 class Engine:
@@ -215,7 +218,9 @@ class Engine:
 
     def apply(self, event: Event) -> list[ClosedBlock]:
         """Apply one event; return the blocks it closed. Raises `IllegalEvent` and changes
-        nothing when the event is illegal."""
+        nothing when the event is illegal (or on any other exception)."""
+        if not isinstance(event, EVENT_TYPES):
+            raise TypeError(f"not a spectally event: {event!r}")
         if isinstance(event, StepBegin):
             self._step_begin(event)
             return []
@@ -286,8 +291,10 @@ class Engine:
                 raise self._illegal(
                     "a request is added in the current step", event, rid, self.describe(rid)
                 )
+            if not isinstance(event.structured, bool):
+                raise self._illegal("structured must be a bool", event, rid, self.describe(rid))
             return RequestState(
-                rid, bool(event.structured), RequestStatus.ACTIVE, (), Counters.zero(self.config.k)
+                rid, event.structured, RequestStatus.ACTIVE, (), Counters.zero(self.config.k)
             )
         state = self.requests.get(rid)
         if state is None:
