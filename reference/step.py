@@ -31,6 +31,12 @@ class Mode(str, enum.Enum):
     ASYNC = "async"
 
 
+def _is_sync(mode: Mode) -> bool:
+    """True for sync. ``Mode(mode)`` also accepts the plain strings "sync"/"async" (a Mode *is* a
+    str) and rejects anything else, so a bare "sync" can never silently select async."""
+    return Mode(mode) is Mode.SYNC
+
+
 @dataclass(frozen=True)
 class StepInputs(Generic[N, B]):
     """Everything the counters of one draft block depend on (see SPEC.md, "Stage inputs").
@@ -96,7 +102,7 @@ class Pipeline(Generic[N]):
 def pipeline(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> Pipeline[N]:
     """Run the stage caps over the block, in ``mode``'s order."""
     real_after_grammar = ar.ite(x.structured, ar.min(x.grammar_valid, x.proposed), x.proposed)
-    if mode is Mode.SYNC:
+    if _is_sync(mode):
         kept_by_grammar = real_after_grammar
         scheduled_drafts = ar.min(kept_by_grammar, x.schedule_cap)
         verified = ar.min(scheduled_drafts, x.av_cap)
@@ -122,7 +128,7 @@ def fates(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> Fates[N]:
     """Each proposed draft's fate: the first stage that cut it."""
     p = pipeline(mode, x, ar)
     zero = ar.lit(0)
-    if mode is Mode.SYNC:
+    if _is_sync(mode):
         return Fates(
             accepted=x.accepted,
             rejected=ar.sub(p.verified, x.accepted),
@@ -199,7 +205,7 @@ def rfc_step(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> RfcStepCounts[
 
 def legacy_scheduled_invalid(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> N:
     """vLLM 0.32's ``num_invalid_spec_tokens``: async, scheduled slots past the valid prefix."""
-    if mode is Mode.SYNC:
+    if _is_sync(mode):
         return ar.lit(0)
     p = pipeline(mode, x, ar)
     valid = ar.min(p.scheduled_drafts, x.grammar_valid)
@@ -294,7 +300,7 @@ def token_fates(mode: Mode, x: StepInputs[int, bool]) -> list[str]:
     """The fate of each proposed draft, position by position (integers only)."""
     p = pipeline(mode, x, INT_ARITH)
     cuts: list[tuple[int, str]]
-    if mode is Mode.SYNC:
+    if _is_sync(mode):
         cuts = [
             (p.after_grammar_sync, "grammar_invalid_unverified"),
             (p.scheduled_drafts, "truncated"),
