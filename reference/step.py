@@ -339,7 +339,28 @@ class StepQuery:
     applied: bool = True
     legacy_reported: bool | None = None  # default: same as applied
 
+    def type_errors(self) -> list[str]:
+        """Fields of the wrong type; a bool is not a count. Empty when every field is well typed."""
+        errors: list[str] = []
+        if not isinstance(self.mode, Mode):
+            errors.append(f"mode must be a Mode, got {self.mode!r}")
+        for name in ("proposed", "accepted", "padding", "grammar_valid", "scheduled", "av_verify"):
+            value = getattr(self, name)
+            optional = name not in ("proposed", "accepted", "padding")
+            if not (_is_int(value) or (optional and value is None)):
+                kind = "an int or None" if optional else "an int"
+                errors.append(f"{name} must be {kind}, got {value!r}")
+        if not isinstance(self.applied, bool):
+            errors.append(f"applied must be a bool, got {self.applied!r}")
+        if not (self.legacy_reported is None or isinstance(self.legacy_reported, bool)):
+            errors.append(f"legacy_reported must be a bool or None, got {self.legacy_reported!r}")
+        return errors
+
     def inputs(self) -> StepInputs[int, bool]:
+        """The stage inputs, every "off" cap normalised. Raises TypeError on a mistyped field."""
+        errors = self.type_errors()
+        if errors:
+            raise TypeError("; ".join(errors))
         uncut = self.proposed + self.padding
         return StepInputs(
             proposed=self.proposed,
@@ -356,7 +377,19 @@ class StepQuery:
         )
 
     def violations(self, k: int | None = None) -> list[str]:
-        """Reasons no engine could produce this block; empty when admissible."""
+        """Reasons no engine could produce this block; empty when admissible.
+
+        Mistyped fields (e.g. a bool or float count) are reported instead of the admissibility
+        conditions, which are only meaningful over ints."""
+        errors = self.type_errors()
+        if k is not None and not _is_int(k):
+            errors.append(f"k must be an int or None, got {k!r}")
+        if errors:
+            return errors
         return [
             reason for reason, ok in admissibility(self.mode, self.inputs(), INT_ARITH, k) if not ok
         ]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
