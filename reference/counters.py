@@ -176,6 +176,14 @@ class Counters:
     legacy: LegacyTotals[int]
     positions: tuple[PositionCounts[int], ...]
 
+    def __post_init__(self) -> None:
+        # Every invariant reads positions[0] and k * spec_steps: a malformed state would fail
+        # far from where it was built.
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"k must be an int >= 1, got {self.k!r}")
+        if len(self.positions) != self.k:
+            raise ValueError(f"{len(self.positions)} per-position counters for k={self.k}")
+
     @classmethod
     def zero(cls, k: int) -> Counters:
         return cls(

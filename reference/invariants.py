@@ -8,7 +8,7 @@ runtime checks guard the integer code paths and anything built on them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .counters import Counters
 from .errors import InvariantViolation
@@ -139,6 +139,17 @@ def check_monotone(before: Counters, after: Counters) -> None:
     for path, old, new in _leaves(b, a, ""):
         if new < old:
             raise InvariantViolation("INV-9 monotone", f"{path} went from {old} to {new}")
+
+
+def check_totals_are_sums(total: Counters, parts: Iterable[Counters]) -> None:
+    """INV-10 totals are sums: the engine totals equal the merge of the per-request counters."""
+    summed = Counters.zero(total.k)
+    for part in parts:
+        summed = summed.merge(part)
+    if summed != total:
+        b, a = summed.to_dict(), total.to_dict()
+        diff = [f"{path}: requests {x} != total {y}" for path, x, y in _leaves(b, a, "") if x != y]
+        raise InvariantViolation("INV-10 totals-are-sums", "; ".join(diff))
 
 
 def _leaves(a: object, b: object, path: str) -> list[tuple[str, int, int]]:
