@@ -8,6 +8,7 @@
   admissibility condition broken; ``reason`` is the condition's text in `step.admissibility`.
 - `stage_plans` / `plan_events`: one request-step's stage inputs and the events that realise
   them in a given mode (the same plan can be run under sync and async).
+- `reachable_counters`: a `Counters` state folded from admissible blocks.
 - `event_traces`: `(EngineConfig, [Event])`, a legal multi-request trace (adds, blocks through
   every stage, async in-flight blocks, finish, abort, preempt, stale results).
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 from spectally.reference.arith import INT_ARITH
+from spectally.reference.counters import Counters
 from spectally.reference.events import (
     Abort,
     Accept,
@@ -273,3 +275,16 @@ def event_traces(
             events.extend(block)
         step += draw(st.integers(1, 2))
     return config, events
+
+
+@st.composite
+def reachable_counters(
+    draw: st.DrawFn, k: int | None = None, mode: Mode | None = None, max_blocks: int = 6
+) -> Counters:
+    """A counter state some engine can reach: admissible blocks of one mode folded from zero."""
+    k = draw(ks) if k is None else k
+    mode = draw(modes) if mode is None else mode
+    c = Counters.zero(k)
+    for q in draw(st.lists(step_queries(mode=mode, k=k), max_size=max_blocks)):
+        c = c.add_step(mode, q.inputs())
+    return c
