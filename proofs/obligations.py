@@ -1,0 +1,160 @@
+"""Proof obligations and how one is discharged by Z3.
+
+An obligation is ``hypotheses -> goal``. It *holds* when ``hypotheses ∧ ¬goal`` is unsat; it
+*fails* with a model otherwise. Before that, the hypotheses alone must be satisfiable: an
+obligation whose hypotheses contradict each other would hold vacuously, and is reported as
+``vacuous`` (never as proved).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+from spectally.reference.step import Mode
+
+from .model import State, SymInputs
+from .z3arith import Cond, Num
+
+DEFAULT_TIMEOUT_MS = 20_000
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a counterexample prints: named blocks of inputs, states and extra terms."""
+
+    inputs: dict[str, tuple[Mode | None, SymInputs]] = field(default_factory=dict)
+    states: dict[str, State] = field(default_factory=dict)
+    terms: dict[str, Num | Cond] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Obligation:
+    label: str
+    hypotheses: tuple[Cond, ...]
+    goal: Cond
+    shown: Shown = field(default_factory=Shown)
+    minimize: tuple[Num, ...] = ()  # for readable witnesses: smallest values first
+    # Builds the witness of a failed obligation from a model (default: `describe_model`).
+    witness: Callable[[z3.ModelRef], dict[str, Any]] | None = None
+
+
+@dataclass
+class Outcome:
+    label: str
+    status: str  # holds | fails | unknown | vacuous
+    seconds: float
+    witness: dict[str, Any] | None = None
+    reason: str = ""
+
+
+def discharge(ob: Obligation, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
+    start = time.perf_counter()
+    sanity = z3.Solver()
+    sanity.set("timeout", timeout_ms)
+    sanity.add(*ob.hypotheses)
+    first = sanity.check()
+    if first == z3.unsat:
+        return Outcome(ob.label, "vacuous", time.perf_counter() - start, reason="hypotheses unsat")
+    if ob.minimize:
+        opt = z3.Optimize()
+        opt.set("timeout", timeout_ms)
+        opt.add(*ob.hypotheses)
+        opt.add(z3.Not(ob.goal))
+        for term in ob.minimize:
+            opt.minimize(term)
+        result = opt.check()
+        model = opt.model() if result == z3.sat else None
+    else:
+        result, model = z3.unknown, None
+        for make in (_linearising_solver, z3.Solver):
+            solver = make()
+            solver.set("timeout", timeout_ms)
+            solver.add(*ob.hypotheses)
+            solver.add(z3.Not(ob.goal))
+            result = solver.check()
+            if result != z3.unknown:
+                model = solver.model() if result == z3.sat else None
+                break
+    seconds = time.perf_counter() - start
+    if result == z3.unsat:
+        return Outcome(ob.label, "holds", seconds)
+    if model is None:
+        reason = "solver returned unknown"
+        return Outcome(ob.label, "unknown", seconds, reason=reason)
+    builder = ob.witness or (lambda m: describe_model(ob, m))
+    return Outcome(ob.label, "fails", seconds, witness=builder(model))
+
+
+def _linearising_solver() -> z3.Solver:
+    """Sum-of-monomials normal form with ``If`` lifted out: ``k * (n + If(c, 1, 0))`` becomes
+    ``k*n + k*t`` with t a fresh 0/1 term, which keeps INV-7/INV-8's ``k * spec_steps`` easy.
+    Falls back to the default solver when it answers unknown."""
+    tactic = z3.Then(
+        z3.With("simplify", som=True), "elim-term-ite", z3.With("simplify", som=True), "smt"
+    )
+    solver: z3.Solver = tactic.solver()
+    return solver
+
+
+def as_int(model: z3.ModelRef, term: Num) -> int:
+    value = model.eval(term, model_completion=True)
+    return int(value.as_long())
+
+
+def as_bool(model: z3.ModelRef, term: Cond) -> bool:
+    return bool(z3.is_true(model.eval(term, model_completion=True)))
+
+
+def concrete_inputs(model: z3.ModelRef, x: SymInputs) -> dict[str, int | bool]:
+    out: dict[str, int | bool] = {}
+    for name, term in vars(x).items():
+        out[name] = as_bool(model, term) if z3.is_bool(term) else as_int(model, term)
+    return out
+
+
+def describe_model(ob: Obligation, model: z3.ModelRef) -> dict[str, Any]:
+    """A counterexample (to the claim, or to induction) as plain data."""
+    from .witness import command_for, query_from
+
+    out: dict[str, Any] = {"obligation": ob.label}
+    for name, (mode, x) in ob.shown.inputs.items():
+        values = concrete_inputs(model, x)
+        entry: dict[str, Any] = {"mode": mode.value if mode else None, "inputs": values}
+        if mode is not None:
+            query = query_from(mode, values)
+            if query is not None:
+                entry["command"] = command_for(query)
+        out[name] = entry
+    for name, s in ob.shown.states.items():
+        # Only non-zero counters: a counterexample-to-induction state is mostly zeros.
+        out[name] = {k: v for k, t in s.terms().items() if (v := as_int(model, t)) != 0}
+    for name, term in ob.shown.terms.items():
+        out[name] = as_bool(model, term) if z3.is_bool(term) else as_int(model, term)
+    return out
+
+
+def format_witness(w: dict[str, Any], indent: str = "    ") -> list[str]:
+    """Readable lines for a witness or counterexample-to-induction."""
+    lines: list[str] = []
+    for key, value in w.items():
+        if isinstance(value, dict):
+            if "command" in value:
+                lines.append(f"{indent}{key}: {value['command']}")
+                extra = {k: v for k, v in value.items() if k not in ("command", "mode")}
+                for k2, v2 in extra.items():
+                    lines.append(f"{indent}  {k2}: {_flat(v2)}")
+            else:
+                lines.append(f"{indent}{key}: {_flat(value)}")
+        else:
+            lines.append(f"{indent}{key}: {value}")
+    return lines
+
+
+def _flat(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_flat(v)}" for k, v in value.items()) or "(all zero)"
+    return str(value)

@@ -1,0 +1,549 @@
+"""The property suite: every claim `spectally prove` checks, as named proof obligations.
+
+Names (SPEC.md's "proved by" column uses them verbatim):
+
+- ``step:INV-n`` (n = 1..8): the state after one admissible block, for symbolic k and every
+  admissible stage input, satisfies INV-n.
+- ``trace:INV-n`` (n = 1..9): INV-n holds after any trace of blocks of any number of requests,
+  by induction: initiation (zero state), consecution (Inv ∧ admissible(x) -> INV-n after
+  ``fold``) and closure under merge (sharded / per-request states combined). Inv is the
+  conjunction INV-1..8. INV-9: every fold adds non-negative amounts.
+- ``theorem:sync-async``: the same stage inputs give equal drafted, accepted and spec_steps in
+  both modes, verified differing by exactly the async grammar-invalid-verified drafts
+  (also when the grammar rejects every draft, and along traces); admissibility is one set.
+- ``metrics:bounds``: ``metrics.metric_bounds`` and per-position rates from Inv.
+- ``merge:monoid``: rfc/legacy/position merges are associative, commutative, zero identity.
+- ``legacy:drafted>=verified`` / ``legacy:sync-async-spec-steps``: vLLM <= 0.32's counting,
+  expected to be *refuted* (except drafted >= verified in sync, which holds).
+
+Each property is built afresh when run, from the reference functions as they are at that
+moment: a mutant patched into the reference changes what is proved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import z3
+from spectally.reference import counters as ct
+from spectally.reference import metrics as mt
+from spectally.reference import step as st
+from spectally.reference.counters import LegacyTotals, PositionCounts, RfcTotals
+from spectally.reference.step import Mode
+
+from . import model as md
+from .model import AR, Context, State, SymInputs, fresh_tag
+from .obligations import Obligation, Shown, as_int, concrete_inputs
+from .witness import command_for, query_from, replay
+from .z3arith import Cond, Num
+
+MODES: tuple[Mode, ...] = (Mode.SYNC, Mode.ASYNC)
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str
+    profile: str  # rfc | vllm-legacy
+    mode: str  # sync | async | both
+    expected: str  # proved | refuted
+    build: Callable[[], list[Obligation]]
+    summary: str = ""
+
+
+def _conjunct_terms(conjuncts: list[tuple[str, Cond]]) -> dict[str, Cond]:
+    return {f"holds: {label}": cond for label, cond in conjuncts}
+
+
+# -- INV-5's lemma: Σ_{p<n} position_increment(len, p) == min(len, n), by induction on n ------
+
+
+def _sum_lemma(mode: Mode, tag: str) -> list[Obligation]:
+    ctx = Context.fresh(tag)
+    x = md.sym_inputs(f"{tag}.x")
+    n = z3.Int(f"{tag}.lemma_n")
+    hyps = [*ctx.facts(), md.admissible(mode, x, ctx)]
+    out: list[Obligation] = []
+    for field in md.POSITION_FIELDS:
+        fn = md._psum_function(mode, x, field, f"{tag}.{field}")
+        total = md.block_total(mode, x, field)
+        shown = Shown(inputs={"block": (mode, x)}, terms={"n": n, "len": total})
+        out.append(
+            Obligation(
+                f"lemma {field}: base, sum over no position == min(len, 0)",
+                (*hyps,),
+                fn(0) == AR.min(total, AR.lit(0)),
+                shown,
+            )
+        )
+        out.append(
+            Obligation(
+                f"lemma {field}: step, sum_{{p<n}} == min(len, n) -> sum_{{p<n+1}} == "
+                "min(len, n+1)",
+                (*hyps, n >= 0, fn(n) == AR.min(total, n)),
+                fn(n + 1) == AR.min(total, n + 1),
+                shown,
+            )
+        )
+    return out
+
+
+# -- step:INV-n -------------------------------------------------------------------------------
+
+
+def _step_inv(name: str, mode: Mode) -> Callable[[], list[Obligation]]:
+    def build() -> list[Obligation]:
+        tag = fresh_tag(f"step.{name}.{mode.value}")
+        ctx = Context.fresh(tag)
+        x = md.sym_inputs(f"{tag}.x")
+        after = md.fold(State.zero(), mode, x, ctx, tag)
+        hyps: list[Cond] = [*ctx.facts(), md.admissible(mode, x, ctx)]
+        out: list[Obligation] = []
+        if name == "INV-5":
+            hyps += after.sum_facts
+            out += _sum_lemma(mode, f"{tag}.lemma")
+        conjuncts = md.INVARIANTS[name](after.state, ctx)
+        shown = Shown(
+            inputs={"block": (mode, x)},
+            terms={"k": ctx.k, "i": ctx.i, "j": ctx.j, **_conjunct_terms(conjuncts)},
+        )
+        out.append(
+            Obligation(
+                f"{name} after one admissible block",
+                tuple(hyps),
+                z3.And(*(c for _, c in conjuncts)),
+                shown,
+            )
+        )
+        return out
+
+    return build
+
+
+# -- trace:INV-n ------------------------------------------------------------------------------
+
+
+def _trace_inv(name: str, mode: Mode) -> Callable[[], list[Obligation]]:
+    def build() -> list[Obligation]:
+        tag = fresh_tag(f"trace.{name}.{mode.value}")
+        ctx = Context.fresh(tag)
+        s = State.fresh(f"{tag}.s")
+        x = md.sym_inputs(f"{tag}.x")
+        after = md.fold(s, mode, x, ctx, tag)
+        base = ctx.facts()
+        out: list[Obligation] = []
+        zero_conj = md.INVARIANTS[name](State.zero(), ctx)
+        out.append(
+            Obligation(
+                f"{name} initiation: the zero state",
+                tuple(base),
+                z3.And(*(c for _, c in zero_conj)),
+                Shown(terms={"k": ctx.k, **_conjunct_terms(zero_conj)}),
+            )
+        )
+        conj = md.INVARIANTS[name](after.state, ctx)
+        out.append(
+            Obligation(
+                f"{name} consecution: Inv(s) and admissible(x) -> {name}(fold(s, x))",
+                (*base, md.admissible(mode, x, ctx), md.all_invariants(s, ctx), *after.sum_facts),
+                z3.And(*(c for _, c in conj)),
+                Shown(
+                    inputs={"block": (mode, x)},
+                    states={"state": s},
+                    terms={"k": ctx.k, "i": ctx.i, "j": ctx.j, **_conjunct_terms(conj)},
+                ),
+            )
+        )
+        a, b = State.fresh(f"{tag}.a"), State.fresh(f"{tag}.b")
+        merged = md.INVARIANTS[name](md.merge(a, b), ctx)
+        out.append(
+            Obligation(
+                f"{name} merge: Inv(a) and Inv(b) -> {name}(merge(a, b))",
+                (*base, md.all_invariants(a, ctx), md.all_invariants(b, ctx)),
+                z3.And(*(c for _, c in merged)),
+                Shown(states={"a": a, "b": b}, terms={"k": ctx.k, **_conjunct_terms(merged)}),
+            )
+        )
+        if name == "INV-5":
+            out += _sum_lemma(mode, f"{tag}.lemma")
+        return out
+
+    return build
+
+
+def _trace_monotone(mode: Mode) -> Callable[[], list[Obligation]]:
+    def build() -> list[Obligation]:
+        tag = fresh_tag(f"trace.INV-9.{mode.value}")
+        ctx = Context.fresh(tag)
+        s = State.fresh(f"{tag}.s")
+        x = md.sym_inputs(f"{tag}.x")
+        after = md.fold(s, mode, x, ctx, tag).state
+        before_terms, after_terms = s.terms(), after.terms()
+        conj = [
+            (f"{key} does not decrease", after_terms[key] >= before_terms[key])
+            for key in before_terms
+            if not key.startswith("sum(")  # sums are a proof device, not counters
+        ]
+        return [
+            Obligation(
+                "INV-9: every fold (rfc_add_step, legacy_add_step, position_add_step at any "
+                "position) adds non-negative amounts",
+                (*ctx.facts(), md.admissible(mode, x, ctx)),
+                z3.And(*(c for _, c in conj)),
+                Shown(
+                    inputs={"block": (mode, x)},
+                    terms={"i": ctx.i, "j": ctx.j, **_conjunct_terms(conj)},
+                ),
+            )
+        ]
+
+    return build
+
+
+# -- theorem:sync-async -----------------------------------------------------------------------
+
+
+def _sync_async() -> list[Obligation]:
+    tag = fresh_tag("theorem.sync-async")
+    ctx = Context.fresh(tag)
+    x = md.sym_inputs(f"{tag}.x")
+    adm_s = md.admissible(Mode.SYNC, x, ctx)
+    adm_a = md.admissible(Mode.ASYNC, x, ctx)
+    cs, ca = st.rfc_step(Mode.SYNC, x, AR), st.rfc_step(Mode.ASYNC, x, AR)
+    giv = ca.fates.grammar_invalid_verified
+    shown = Shown(
+        inputs={"sync block": (Mode.SYNC, x), "async block": (Mode.ASYNC, x)},
+        terms={
+            "sync verified": cs.verified,
+            "async verified": ca.verified,
+            "async grammar_invalid_verified": giv,
+            "sync spec_steps": cs.spec_steps,
+            "async spec_steps": ca.spec_steps,
+        },
+    )
+    same = [
+        ("drafted equal", cs.drafted == ca.drafted),
+        ("accepted equal", cs.accepted == ca.accepted),
+        ("spec_steps equal", cs.spec_steps == ca.spec_steps),
+        ("padding equal", cs.padding == ca.padding),
+        ("discarded steps equal", cs.discarded_steps == ca.discarded_steps),
+        ("discarded drafted equal", cs.discarded_drafted == ca.discarded_drafted),
+        ("verified differ by grammar_invalid_verified", ca.verified - cs.verified == giv),
+        ("sync has no grammar_invalid_verified", cs.fates.grammar_invalid_verified == 0),
+        ("async has no grammar_invalid_unverified", ca.fates.grammar_invalid_unverified == 0),
+    ]
+    out = [
+        Obligation(
+            "accepted admissibility is one set: admissible(sync, x) == admissible(async, x)",
+            tuple(ctx.facts()),
+            adm_s == adm_a,
+            Shown(inputs={"block": (Mode.SYNC, x)}, terms={"sync": adm_s, "async": adm_a}),
+        ),
+        Obligation(
+            "same stage inputs: equal drafted/accepted/spec_steps, verified differ by "
+            "grammar_invalid_verified",
+            (*ctx.facts(), adm_s, adm_a),
+            z3.And(*(c for _, c in same)),
+            Shown(shown.inputs, terms={**shown.terms, **_conjunct_terms(same)}),
+        ),
+    ]
+    all_rejected = [
+        ("spec_steps equal", cs.spec_steps == ca.spec_steps),
+        (
+            "an applied block with drafts is one spec step in both modes",
+            z3.Implies(z3.And(x.applied, x.proposed > 0), cs.spec_steps == 1),
+        ),
+        ("sync verifies nothing", cs.verified == 0),
+        ("async verifies only grammar-invalid drafts", ca.verified == giv),
+        ("drafted equal", cs.drafted == ca.drafted),
+        ("accepted is zero", z3.And(cs.accepted == 0, ca.accepted == 0)),
+    ]
+    out.append(
+        Obligation(
+            "grammar rejects every draft (structured, grammar_valid == 0)",
+            (*ctx.facts(), adm_s, adm_a, x.structured, x.grammar_valid == 0),
+            z3.And(*(c for _, c in all_rejected)),
+            Shown(shown.inputs, terms={**shown.terms, **_conjunct_terms(all_rejected)}),
+        )
+    )
+    # Along traces: states folded from the same blocks in each mode stay related.
+    ss, sa = State.fresh(f"{tag}.sync"), State.fresh(f"{tag}.async")
+
+    def related(a: RfcTotals[Num], b: RfcTotals[Num]) -> list[tuple[str, Cond]]:
+        return [
+            ("drafted equal", a.drafted == b.drafted),
+            ("accepted equal", a.accepted == b.accepted),
+            ("spec_steps equal", a.spec_steps == b.spec_steps),
+            (
+                "verified differ by grammar_invalid_verified",
+                b.verified - a.verified == b.grammar_invalid_verified - a.grammar_invalid_verified,
+            ),
+        ]
+
+    zero = ct.rfc_zero(AR)
+    nxt_s = ct.rfc_add_step(ss.rfc, cs, AR)
+    nxt_a = ct.rfc_add_step(sa.rfc, ca, AR)
+    rel_next = related(nxt_s, nxt_a)
+    out.append(
+        Obligation(
+            "traces: the relation holds initially and is preserved by folding the same block",
+            (*ctx.facts(), adm_s, adm_a, *(c for _, c in related(ss.rfc, sa.rfc))),
+            z3.And(*(c for _, c in related(zero, zero)), *(c for _, c in rel_next)),
+            Shown(
+                shown.inputs,
+                states={"sync state": ss, "async state": sa},
+                terms=_conjunct_terms(rel_next),
+            ),
+        )
+    )
+    return out
+
+
+# -- metrics:bounds ---------------------------------------------------------------------------
+
+
+def _metrics() -> list[Obligation]:
+    tag = fresh_tag("metrics")
+    ctx = Context.fresh(tag)
+    s = State.fresh(f"{tag}.s")
+    t = s.rfc
+    claims: list[tuple[str, Cond]] = list(mt.metric_bounds(t, ctx.k, AR))
+    claims += [
+        ("verification_rate in [0,1]", z3.And(t.verified >= 0, t.verified <= t.drafted)),
+        (
+            "no drafts -> nothing verified or accepted (rate undefined, not 0)",
+            z3.Implies(t.drafted == 0, z3.And(t.verified == 0, t.accepted == 0)),
+        ),
+        (
+            "no spec step -> nothing accepted (mean length 1.0 is exact)",
+            z3.Implies(t.spec_steps == 0, t.accepted == 0),
+        ),
+        (
+            "accepted_i / verified_i in [0,1]",
+            z3.And(s.pos_i.accepted >= 0, s.pos_i.accepted <= s.pos_i.verified),
+        ),
+        (
+            "accepted_i / spec_steps in [0,1]",
+            z3.And(s.pos_i.accepted >= 0, s.pos_i.accepted <= t.spec_steps),
+        ),
+        ("accepted_i / spec_steps non-increasing in i", s.pos_j.accepted <= s.pos_i.accepted),
+        (
+            "legacy accepted_i / num_drafts in [0,1]",
+            z3.And(s.pos_i.legacy_accepted >= 0, s.pos_i.legacy_accepted <= s.legacy.num_drafts),
+        ),
+        (
+            "legacy accepted_i / num_drafts non-increasing in i",
+            s.pos_j.legacy_accepted <= s.pos_i.legacy_accepted,
+        ),
+    ]
+    hyps = (*ctx.facts(), md.all_invariants(s, ctx))
+    return [
+        Obligation(
+            f"Inv(s) -> {label}",
+            hyps,
+            cond,
+            Shown(states={"state": s}, terms={"k": ctx.k, "i": ctx.i, "j": ctx.j}),
+        )
+        for label, cond in claims
+    ]
+
+
+# -- merge:monoid -----------------------------------------------------------------------------
+
+
+def _merge_laws() -> list[Obligation]:
+    tag = fresh_tag("merge")
+    out: list[Obligation] = []
+    kinds: list[tuple[str, type, Callable[..., Any], Callable[..., Any]]] = [
+        ("rfc", RfcTotals, ct.rfc_merge, ct.rfc_zero),
+        ("legacy", LegacyTotals, ct.legacy_merge, ct.legacy_zero),
+        ("position", PositionCounts, ct.position_merge, ct.position_zero),
+    ]
+    for label, kind, merge, zero_of in kinds:
+
+        def sym(name: str, kind: type = kind, label: str = label) -> Any:
+            return kind(*(z3.Int(f"{tag}.{label}.{name}.{f.name}") for f in fields(kind)))
+
+        a, b, c = sym("a"), sym("b"), sym("c")
+        zero = zero_of(AR)
+
+        def same(u: Any, v: Any, kind: type = kind) -> Cond:
+            return z3.And(*(getattr(u, f.name) == getattr(v, f.name) for f in fields(kind)))
+
+        laws = [
+            ("associative", same(merge(merge(a, b, AR), c, AR), merge(a, merge(b, c, AR), AR))),
+            ("commutative", same(merge(a, b, AR), merge(b, a, AR))),
+            ("zero is a left identity", same(merge(zero, a, AR), a)),
+            ("zero is a right identity", same(merge(a, zero, AR), a)),
+        ]
+        for law, cond in laws:
+            out.append(Obligation(f"{label}_merge {law}", (), cond, Shown()))
+    return out
+
+
+# -- legacy (expected refuted) ----------------------------------------------------------------
+
+
+def _legacy_witness(
+    modes: tuple[Mode, ...], x: SymInputs, ctx: Context, scenario: str
+) -> Callable[[z3.ModelRef], dict[str, Any]]:
+    def build(model: z3.ModelRef) -> dict[str, Any]:
+        values = concrete_inputs(model, x)
+        k = as_int(model, ctx.k)
+        out: dict[str, Any] = {"scenario": scenario, "k": k}
+        for mode in modes:
+            r = st.rfc_step(mode, x, AR)
+            lg = st.legacy_step(mode, x, AR)
+            solver = {
+                "rfc": {
+                    "drafted": as_int(model, r.drafted),
+                    "verified": as_int(model, r.verified),
+                    "accepted": as_int(model, r.accepted),
+                    "spec_steps": as_int(model, r.spec_steps),
+                },
+                "vllm-legacy": {
+                    "drafted": as_int(model, lg.num_draft_tokens),
+                    "accepted": as_int(model, lg.num_accepted_tokens),
+                    "spec_steps": as_int(model, lg.num_drafts),
+                },
+            }
+            q = query_from(mode, values)
+            out[mode.value] = {
+                "command": command_for(q),
+                "counts": solver,
+                "replay": replay(q, k, solver),
+            }
+        return out
+
+    return build
+
+
+def _legacy_drafted_verified(mode: Mode) -> Callable[[], list[Obligation]]:
+    def build() -> list[Obligation]:
+        tag = fresh_tag(f"legacy.dv.{mode.value}")
+        ctx = Context.fresh(tag)
+        x = md.sym_inputs(f"{tag}.x")
+        adm = md.admissible(mode, x, ctx)
+        claim = st.legacy_step(mode, x, AR).num_draft_tokens >= st.rfc_step(mode, x, AR).verified
+        if mode is Mode.SYNC:  # holds: sync validates the grammar before scheduling
+            return [
+                Obligation(
+                    "sync: legacy drafted >= verified for every admissible block",
+                    (*ctx.facts(), adm),
+                    claim,
+                    Shown(inputs={"block": (mode, x)}),
+                )
+            ]
+        uncut = x.proposed + x.padding
+        common = (*ctx.facts(), adm, *md.cli_expressible(x), x.schedule_cap == uncut)
+        small = (x.proposed, x.av_cap, x.accepted, ctx.k)
+        scenarios = [
+            ("async + structured output, AV off", (x.av_cap == uncut,)),
+            (
+                "async + structured output + AV (AV skips a draft)",
+                (x.av_cap < x.proposed,),
+            ),
+            (
+                "the RFC row: k = 4, grammar rejects the last 2 drafts, AV on",
+                (
+                    ctx.k == 4,
+                    x.proposed == 4,
+                    x.structured,
+                    x.grammar_valid == 2,
+                    x.av_cap < x.proposed,
+                ),
+            ),
+        ]
+        return [
+            Obligation(
+                f"legacy drafted >= verified: {label}",
+                (*common, *extra),
+                claim,
+                Shown(inputs={"block": (mode, x)}),
+                minimize=small,
+                witness=_legacy_witness((mode,), x, ctx, label),
+            )
+            for label, extra in scenarios
+        ]
+
+    return build
+
+
+def _legacy_spec_steps() -> list[Obligation]:
+    tag = fresh_tag("legacy.steps")
+    ctx = Context.fresh(tag)
+    x = md.sym_inputs(f"{tag}.x")
+    claim = (
+        st.legacy_step(Mode.SYNC, x, AR).num_drafts == st.legacy_step(Mode.ASYNC, x, AR).num_drafts
+    )
+    label = "legacy num_drafts equal in sync and async for the same block"
+    return [
+        Obligation(
+            label,
+            (
+                *ctx.facts(),
+                md.admissible(Mode.SYNC, x, ctx),
+                md.admissible(Mode.ASYNC, x, ctx),
+                *md.cli_expressible(x),
+            ),
+            claim,
+            Shown(inputs={"block": (Mode.SYNC, x)}),
+            minimize=(x.proposed, x.grammar_valid, ctx.k),
+            witness=_legacy_witness(MODES, x, ctx, label),
+        )
+    ]
+
+
+# -- the registry -----------------------------------------------------------------------------
+
+
+def all_properties() -> list[Property]:
+    props: list[Property] = []
+    for name in md.INVARIANTS:
+        for mode in MODES:
+            props.append(
+                Property(
+                    f"step:{name}",
+                    md.INV_PROFILE[name],
+                    mode.value,
+                    "proved",
+                    _step_inv(name, mode),
+                )
+            )
+    for name in md.INVARIANTS:
+        for mode in MODES:
+            props.append(
+                Property(
+                    f"trace:{name}",
+                    md.INV_PROFILE[name],
+                    mode.value,
+                    "proved",
+                    _trace_inv(name, mode),
+                )
+            )
+    for mode in MODES:
+        props.append(Property("trace:INV-9", "rfc", mode.value, "proved", _trace_monotone(mode)))
+    props += [
+        Property("theorem:sync-async", "rfc", "both", "proved", _sync_async),
+        Property("metrics:bounds", "rfc", "both", "proved", _metrics),
+        Property("merge:monoid", "all", "both", "proved", _merge_laws),
+        Property(
+            "legacy:drafted>=verified",
+            "vllm-legacy",
+            "sync",
+            "proved",
+            _legacy_drafted_verified(Mode.SYNC),
+        ),
+        Property(
+            "legacy:drafted>=verified",
+            "vllm-legacy",
+            "async",
+            "refuted",
+            _legacy_drafted_verified(Mode.ASYNC),
+        ),
+        Property(
+            "legacy:sync-async-spec-steps", "vllm-legacy", "both", "refuted", _legacy_spec_steps
+        ),
+    ]
+    return props
