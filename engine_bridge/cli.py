@@ -1,0 +1,169 @@
+"""``spectally replay`` and ``spectally import ...`` (loaded lazily by spectally.cli)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .records import BadInput
+from .replay import ReplayResult, render_summary, replay_file, result_json
+
+EXIT_HELP = """
+Exit codes: 0 every log agrees with the reference; 1 a divergence (the first divergent
+line is printed as file:line:column with the record, expected and actual counters and the
+reference state of the request); 2 bad input or usage (a malformed or misplaced record,
+printed as file:line:column: reason).
+"""
+
+
+@click.command(epilog=EXIT_HELP)
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option(
+    "--metrics",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="a Prometheus text scrape taken after the run; its last scrape must equal the"
+    " reference's vllm-legacy totals",
+)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object per run")
+@click.option(
+    "--keep-going",
+    type=click.IntRange(min=1),
+    default=1,
+    metavar="N",
+    help="report up to N divergences per log instead of stopping at the first",
+)
+@click.option(
+    "--check-invariants",
+    is_flag=True,
+    help="also assert every reference invariant after every event (slow; always at the end)",
+)
+def replay(
+    files: tuple[str, ...],
+    metrics: str | None,
+    as_json: bool,
+    keep_going: int,
+    check_invariants: bool,
+) -> None:
+    """Replay step logs (NDJSON, gzip or - for stdin) through the reference.
+
+    Every record is translated into reference events; after each one the engine's own
+    numbers (scheduled, invalid, accepted, step_stats, totals) are asserted against the
+    reference's profile for that engine version (vllm-legacy for vLLM <= 0.32), while the
+    rfc counters are computed alongside. The report ends with totals under both profiles,
+    derived metrics and the shift from legacy to rfc, explained.
+    """
+    results: list[ReplayResult] = []
+    for path in files:
+        result = replay_file(
+            path,
+            max_divergences=keep_going,
+            metrics=metrics,
+            check_invariants=check_invariants,
+            progress=None if not as_json else False,
+        )
+        results.append(result)
+        if not as_json:
+            stream = sys.stderr if result.bad_input is not None else sys.stdout
+            click.echo(render_summary(result), file=stream)
+    if as_json:
+        payload = [result_json(r) for r in results]
+        click.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+    elif len(results) > 1:
+        passed = sum(1 for r in results if r.status == "agree")
+        click.echo(f"{passed} of {len(results)} logs agree with the reference")
+    sys.exit(max(r.exit_code for r in results))
+
+
+@click.group("import")
+def import_group() -> None:
+    """Check what stock vLLM already emits: Prometheus scrapes, 'SpecDecoding metrics:' log
+    lines, per-request spec-decode metrics.
+
+    Each check prints file:line: VERDICT check: message. Exit codes: 0 no violation,
+    1 a violation, 2 bad input or usage.
+    """
+
+
+def _finish(findings: list, as_json: bool, verbose: bool) -> None:  # type: ignore[type-arg]
+    from .importers.findings import exit_code, render_findings
+
+    if as_json:
+        click.echo(json.dumps([f.to_dict() for f in findings], indent=2))
+    else:
+        click.echo(render_findings(findings, verbose=verbose))
+    sys.exit(exit_code(findings))
+
+
+def _bad(exc: BadInput) -> None:
+    click.echo(str(exc), err=True)
+    sys.exit(2)
+
+
+_json = click.option("--json", "as_json", is_flag=True, help="print findings as JSON")
+_quiet = click.option("--quiet", "-q", is_flag=True, help="print only notes and violations")
+
+
+@import_group.command("prometheus")
+@click.argument("files", nargs=-1, required=True, metavar="SCRAPE...")
+@_json
+@_quiet
+def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
+    """Check Prometheus text scrapes (one or many, in time order) of vllm:spec_decode_*:
+    counter invariants per engine label set and monotonicity across scrapes."""
+    from .importers import prometheus
+
+    try:
+        findings = prometheus.check_files(list(files))
+    except BadInput as exc:
+        _bad(exc)
+        return
+    _finish(findings, as_json, not quiet)
+
+
+@import_group.command("logs")
+@click.argument("files", nargs=-1, required=True, metavar="LOG...")
+@click.option(
+    "--metrics",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="a final Prometheus scrape to reconcile Σ Accepted / Σ Drafted with",
+)
+@_json
+@_quiet
+def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: bool) -> None:
+    """Check the periodic 'SpecDecoding metrics:' log lines for internal consistency (mean
+    length vs per-position rates, rate vs Accepted/Drafted), rounding tolerated and explained."""
+    from .importers import logs
+
+    try:
+        findings = logs.check_files(list(files), metrics)
+    except BadInput as exc:
+        _bad(exc)
+        return
+    _finish(findings, as_json, not quiet)
+
+
+@import_group.command("requests")
+@click.argument("files", nargs=-1, required=True, metavar="JSON...")
+@click.option(
+    "--metrics",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="a final Prometheus scrape to reconcile the per-request sums with",
+)
+@_json
+@_quiet
+def requests_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: bool) -> None:
+    """Check per-request spec-decode metrics (RequestOutput dumps or OpenAI-API responses);
+    'detailed' per-step lists are replayed through the reference."""
+    from .importers import requests
+
+    try:
+        findings = requests.check_files(list(files), metrics)
+    except BadInput as exc:
+        _bad(exc)
+        return
+    _finish(findings, as_json, not quiet)

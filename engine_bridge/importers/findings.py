@@ -1,0 +1,44 @@
+"""The common result of every importer: one `Finding` per check, with ``file:line``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+OK = "ok"
+NOTE = "note"
+VIOLATION = "violation"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's verdict: ``ok``, ``note`` (explained, not an error) or ``violation``."""
+
+    path: str
+    line: int
+    verdict: str
+    check: str
+    message: str
+
+    def render(self) -> str:
+        return f"{self.path}:{self.line}: {self.verdict.upper()} {self.check}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def render_findings(findings: Iterable[Finding], *, verbose: bool = True) -> str:
+    """All findings (``verbose``) or only notes and violations, then a one-line tally."""
+    items = list(findings)
+    lines = [f.render() for f in items if verbose or f.verdict != OK]
+    tally = {v: sum(1 for f in items if f.verdict == v) for v in (OK, NOTE, VIOLATION)}
+    lines.append(
+        f"{len(items)} checks: {tally[OK]} ok, {tally[NOTE]} notes, {tally[VIOLATION]} violations"
+    )
+    return "\n".join(lines)
+
+
+def exit_code(findings: Iterable[Finding]) -> int:
+    """0 when nothing is violated, 1 otherwise."""
+    return 1 if any(f.verdict == VIOLATION for f in findings) else 0

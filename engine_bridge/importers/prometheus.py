@@ -1,0 +1,355 @@
+"""Prometheus text exposition of vLLM's spec-decode counters (vllm-0.32-counting.md §5).
+
+vLLM 0.32 exports, per ``engine`` and ``model_name`` label set, the counters
+``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
+``vllm:spec_decode_num_accepted_tokens_total`` and
+``vllm:spec_decode_num_accepted_tokens_per_pos_total`` (extra label ``position``, 0..k-1).
+
+A file holds one or many scrapes; a scrape starts again where a ``# HELP`` or ``# TYPE`` line
+repeats a metric already seen in the current scrape (what concatenated ``curl /metrics`` output
+looks like). Samples are parsed with ``prometheus_client.parser.text_string_to_metric_families``
+line by line, so each value keeps its line number.
+
+Checks, per scrape and label set (the granularity these counters have): accepted <= drafted,
+Σ per-position accepted == accepted, per-position non-increasing, per-position[0] <= num_drafts,
+accepted and drafted <= k · num_drafts; across consecutive scrapes: every counter is monotone
+(a decrease with a new ``_created`` timestamp is a restart, reported as a note) and the same
+invariants hold for the interval deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..records import BadInput
+from .findings import NOTE, OK, VIOLATION, Finding
+
+PREFIX = "vllm:spec_decode_"
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+SCALARS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Series:
+    """One label set's spec-decode counters in one scrape (values with their lines)."""
+
+    labels: Labels
+    scalars: dict[str, tuple[float, int]] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
+    per_pos: dict[int, tuple[float, int]] = field(default_factory=dict)
+
+    def line(self) -> int:
+        lines = [ln for _, ln in self.scalars.values()] + [ln for _, ln in self.per_pos.values()]
+        return min(lines) if lines else 0
+
+    def positions(self) -> list[int]:
+        if not self.per_pos:
+            return []
+        k = max(self.per_pos) + 1
+        return [int(self.per_pos.get(i, (0.0, 0))[0]) for i in range(k)]
+
+    def name(self) -> str:
+        return "{" + ",".join(f'{k}="{v}"' for k, v in self.labels) + "}"
+
+
+@dataclass
+class Scrape:
+    path: str
+    line: int
+    index: int
+    series: dict[Labels, Series] = field(default_factory=dict)
+
+
+def _base(sample_name: str) -> tuple[str, str]:
+    for suffix in ("_total", "_created"):
+        if sample_name.endswith(suffix):
+            return sample_name[: -len(suffix)], suffix
+    return sample_name, ""
+
+
+def _scrape_text(path: str) -> str:
+    if path == "-":
+        import sys
+
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
+    """Every scrape of every file, in order. Malformed sample lines raise `BadInput`."""
+    scrapes: list[Scrape] = []
+    for path in paths:
+        text = _scrape_text(path)
+        current: Scrape | None = None
+        seen_meta: set[tuple[str, str]] = set()
+        for lineno, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith("#"):
+                parts = line.split(None, 3)
+                if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                    key = (parts[1], parts[2])
+                    if current is not None and key in seen_meta:
+                        current = None
+                        seen_meta = set()
+                    seen_meta.add(key)
+                continue
+            if current is None:
+                current = Scrape(path, lineno, len(scrapes))
+                scrapes.append(current)
+            if not line.startswith(PREFIX):
+                continue
+            try:
+                families = list(text_string_to_metric_families(line + "\n"))
+            except (ValueError, IndexError) as exc:
+                raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
+            for family in families:
+                for sample in family.samples:
+                    _add_sample(current, sample.name, dict(sample.labels), sample.value, lineno)
+    return scrapes
+
+
+def _add_sample(scrape: Scrape, name: str, labels: dict[str, str], value: float, line: int) -> None:
+    base, suffix = _base(name)
+    position = labels.pop("position", None)
+    key: Labels = tuple(sorted(labels.items()))
+    series = scrape.series.setdefault(key, Series(key))
+    if suffix == "_created":
+        series.created[base] = value
+        return
+    if base == PER_POS:
+        if position is None or not position.isdigit():
+            return
+        series.per_pos[int(position)] = (value, line)
+    elif base in SCALARS:
+        series.scalars[base] = (value, line)
+
+
+def spec_totals(
+    scrape: Scrape, k: int, engine: str | None = None
+) -> tuple[int, int, int, list[int]]:
+    """(num_drafts, num_draft_tokens, num_accepted_tokens, per-position) summed over label sets
+    (only ``engine=...`` when given)."""
+    drafts = tokens = accepted = 0
+    per_pos = [0] * k
+    for labels, series in scrape.series.items():
+        if engine is not None and dict(labels).get("engine") != engine:
+            continue
+        drafts += int(series.scalars.get(DRAFTS, (0.0, 0))[0])
+        tokens += int(series.scalars.get(DRAFT_TOKENS, (0.0, 0))[0])
+        accepted += int(series.scalars.get(ACCEPTED, (0.0, 0))[0])
+        for i, v in enumerate(series.positions()[:k]):
+            per_pos[i] += v
+    return drafts, tokens, accepted, per_pos
+
+
+def _invariants(
+    drafts: float, tokens: float, accepted: float, per_pos: list[int]
+) -> list[tuple[str, str | None]]:
+    """(check name, None if it holds else why) for one set of counter values."""
+    k = len(per_pos)
+    out: list[tuple[str, str | None]] = [
+        (
+            "accepted<=drafted",
+            None if accepted <= tokens else f"accepted {accepted:g} > drafted {tokens:g}",
+        )
+    ]
+    if per_pos:
+        total = sum(per_pos)
+        out.append(
+            (
+                "sum(per_pos)==accepted",
+                None if total == accepted else f"Σ per-position {total} != accepted {accepted:g}",
+            )
+        )
+        bad = [i for i in range(1, k) if per_pos[i] > per_pos[i - 1]]
+        out.append(
+            (
+                "per_pos non-increasing",
+                None
+                if not bad
+                else f"position {bad[0]} = {per_pos[bad[0]]} > position {bad[0] - 1} ="
+                f" {per_pos[bad[0] - 1]} ({per_pos})",
+            )
+        )
+        out.append(
+            (
+                "per_pos[0]<=num_drafts",
+                None
+                if per_pos[0] <= drafts
+                else f"position 0 = {per_pos[0]} > num_drafts {drafts:g}",
+            )
+        )
+        out.append(
+            (
+                "drafted<=k*num_drafts",
+                None
+                if tokens <= k * drafts
+                else f"drafted {tokens:g} > k={k} * num_drafts {drafts:g}",
+            )
+        )
+    return out
+
+
+def check_scrapes(scrapes: list[Scrape]) -> list[Finding]:
+    """Every check on every scrape and between consecutive scrapes of the same label set."""
+    findings: list[Finding] = []
+    previous: dict[Labels, tuple[Scrape, Series]] = {}
+    for scrape in scrapes:
+        if not scrape.series:
+            findings.append(
+                Finding(
+                    scrape.path,
+                    scrape.line,
+                    NOTE,
+                    "no spec-decode counters",
+                    f"scrape {scrape.index + 1} has no {PREFIX}* samples",
+                )
+            )
+        for labels, series in scrape.series.items():
+            findings.extend(_check_series(scrape, series))
+            prior = previous.get(labels)
+            if prior is not None:
+                findings.extend(_check_interval(prior[0], prior[1], scrape, series))
+            previous[labels] = (scrape, series)
+    return findings
+
+
+def _values(series: Series) -> tuple[float, float, float]:
+    return (
+        series.scalars.get(DRAFTS, (0.0, 0))[0],
+        series.scalars.get(DRAFT_TOKENS, (0.0, 0))[0],
+        series.scalars.get(ACCEPTED, (0.0, 0))[0],
+    )
+
+
+def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
+    where = f"scrape {scrape.index + 1} {series.name()}"
+    findings: list[Finding] = []
+    missing = [name for name in SCALARS if name not in series.scalars]
+    if missing:
+        findings.append(
+            Finding(
+                scrape.path,
+                series.line(),
+                NOTE,
+                "missing counters",
+                f"{where}: no {', '.join(m + '_total' for m in missing)}",
+            )
+        )
+    for name, (value, line) in [
+        *series.scalars.items(),
+        *((f"{PER_POS}[{i}]", v) for i, v in series.per_pos.items()),
+    ]:
+        if value != int(value) or value < 0:
+            findings.append(
+                Finding(
+                    scrape.path,
+                    line,
+                    VIOLATION,
+                    "integral counter",
+                    f"{where}: {name} = {value!r} is not a non-negative integer",
+                )
+            )
+    drafts, tokens, accepted = _values(series)
+    per_pos = series.positions()
+    results = _invariants(drafts, tokens, accepted, per_pos)
+    line_of = {
+        "accepted<=drafted": series.scalars.get(ACCEPTED, (0.0, series.line()))[1],
+    }
+    for check, why in results:
+        if why is not None:
+            line = line_of.get(check, series.per_pos.get(0, (0.0, series.line()))[1])
+            findings.append(Finding(scrape.path, line, VIOLATION, check, f"{where}: {why}"))
+    held = [c for c, why in results if why is None]
+    if held:
+        findings.append(
+            Finding(
+                scrape.path,
+                series.line(),
+                OK,
+                "counter invariants",
+                f"{where}: {', '.join(held)} (drafts {drafts:g}, drafted {tokens:g},"
+                f" accepted {accepted:g}, per_pos {per_pos})",
+            )
+        )
+    return findings
+
+
+def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Finding]:
+    where = f"scrapes {s0.index + 1}→{s1.index + 1} {b.name()}"
+    findings: list[Finding] = []
+    restarted = any(b.created.get(n) != a.created.get(n) for n in b.created if n in a.created)
+    decreased: list[str] = []
+    pairs = [(n, a.scalars.get(n), b.scalars.get(n)) for n in SCALARS]
+    pairs += [(f"{PER_POS}[{i}]", a.per_pos.get(i), b.per_pos.get(i)) for i in b.per_pos]
+    line = b.line()
+    for name, old, new in pairs:
+        if old is None or new is None:
+            continue
+        if new[0] < old[0]:
+            decreased.append(f"{name} {old[0]:g} → {new[0]:g}")
+            line = new[1]
+    if decreased:
+        if restarted:
+            findings.append(
+                Finding(
+                    s1.path,
+                    line,
+                    NOTE,
+                    "counter reset",
+                    f"{where}: counters restarted (new _created): {'; '.join(decreased)}",
+                )
+            )
+            return findings
+        findings.append(
+            Finding(
+                s1.path,
+                line,
+                VIOLATION,
+                "monotone",
+                f"{where}: a counter decreased: {'; '.join(decreased)}",
+            )
+        )
+        return findings
+    d0, t0, a0 = _values(a)
+    d1, t1, a1 = _values(b)
+    p0, p1 = a.positions(), b.positions()
+    width = max(len(p0), len(p1))
+    p0 += [0] * (width - len(p0))
+    p1 += [0] * (width - len(p1))
+    delta_pos = [y - x for x, y in zip(p0, p1, strict=True)]
+    results = _invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos)
+    bad = [(c, why) for c, why in results if why is not None]
+    for check, why in bad:
+        findings.append(
+            Finding(s1.path, b.line(), VIOLATION, f"interval {check}", f"{where}: {why}")
+        )
+    if not bad:
+        findings.append(
+            Finding(
+                s1.path,
+                b.line(),
+                OK,
+                "monotone and interval invariants",
+                f"{where}: +{d1 - d0:g} drafts, +{t1 - t0:g} drafted, +{a1 - a0:g} accepted",
+            )
+        )
+    return findings
+
+
+def check_files(paths: list[str]) -> list[Finding]:
+    scrapes = read_scrapes(paths)
+    if not scrapes:
+        raise BadInput(paths[0] if paths else "-", 1, 1, "no Prometheus samples found")
+    return check_scrapes(scrapes)

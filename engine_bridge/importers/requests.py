@@ -1,0 +1,406 @@
+"""Per-request spec-decode metrics of vLLM 0.32 (PR #48915, vllm-0.32-counting.md §5).
+
+Accepted shapes (a JSON value, a JSON array of them, or NDJSON with one per line):
+
+* offline ``RequestOutput`` dumps: ``{"request_id": ..., "outputs": [{"spec_decode_metrics":
+  {...}}, ...]}``;
+* OpenAI-API responses: ``{"id": ..., "metrics": {"speculative_decoding": {...}}}``;
+* a bare metrics object with a ``request_id``.
+
+Metrics fields: ``num_spec_steps`` (= Σ histogram), ``num_draft_tokens``,
+``num_accepted_draft_tokens``, ``acceptance_histogram`` (length k+1), ``mean_acceptance_length``
+(1 + accepted/steps, 1.0 with no step), ``draft_acceptance_rate`` (accepted/drafted, 0.0 with
+none), ``num_spec_tokens``; ``detailed`` adds ``per_step_accepted`` / ``per_step_drafted``,
+which are replayed through the reference engine one step per entry, and whose per-request
+legacy counters must equal the summary fields. Σ over requests reconciles with the Prometheus
+totals (num_spec_steps ↔ num_drafts, num_draft_tokens, num_accepted_draft_tokens ↔
+num_accepted_tokens, histogram tails ↔ per-position accepted).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from spectally.reference.errors import IllegalEvent
+from spectally.reference.events import (
+    Accept,
+    AddRequest,
+    Event,
+    Finish,
+    GrammarReject,
+    Propose,
+    StepBegin,
+    Verify,
+)
+from spectally.reference.machine import Engine, EngineConfig
+from spectally.reference.step import Mode
+
+from ..records import BadInput
+from .findings import NOTE, OK, VIOLATION, Finding
+
+REQUIRED = (
+    "num_spec_steps",
+    "num_draft_tokens",
+    "num_accepted_draft_tokens",
+    "acceptance_histogram",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "num_spec_tokens",
+)
+FLOAT_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    path: str
+    line: int
+    request: str
+    metrics: dict[str, Any]
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _values(path: str, text: str) -> list[tuple[int, Any]]:
+    """(line, JSON value) for a JSON document, the items of a top-level array, or NDJSON."""
+    decoder = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if text[i : i + 1] == "[":
+        out: list[tuple[int, Any]] = []
+        i += 1
+        while True:
+            while i < len(text) and text[i] in " \t\r\n,":
+                i += 1
+            if i >= len(text):
+                raise BadInput(path, _line_of(text, i), 1, "unterminated JSON array")
+            if text[i] == "]":
+                return out
+            try:
+                value, end = decoder.raw_decode(text, i)
+            except json.JSONDecodeError as exc:
+                raise BadInput(path, exc.lineno, exc.colno, f"bad JSON: {exc.msg}") from None
+            out.append((_line_of(text, i), value))
+            i = end
+    values: list[tuple[int, Any]] = []
+    while i < len(text):
+        try:
+            value, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            raise BadInput(path, exc.lineno, exc.colno, f"bad JSON: {exc.msg}") from None
+        values.append((_line_of(text, i), value))
+        i = end
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+    return values
+
+
+def extract(path: str, line: int, value: Any) -> list[RequestMetrics]:
+    """The spec-decode metrics found in one JSON value."""
+    if not isinstance(value, dict):
+        raise BadInput(path, line, 1, f"expected a JSON object, got {type(value).__name__}")
+    out: list[RequestMetrics] = []
+    if "outputs" in value and isinstance(value["outputs"], list):
+        rid = str(value.get("request_id", f"line {line}"))
+        for j, completion in enumerate(value["outputs"]):
+            m = completion.get("spec_decode_metrics") if isinstance(completion, dict) else None
+            if m is not None:
+                name = rid if len(value["outputs"]) == 1 else f"{rid}[{j}]"
+                out.append(RequestMetrics(path, line, name, m))
+        return out
+    metrics = value.get("metrics")
+    if isinstance(metrics, dict) and "speculative_decoding" in metrics:
+        m = metrics["speculative_decoding"]
+        if m is not None:
+            out.append(RequestMetrics(path, line, str(value.get("id", f"line {line}")), m))
+        return out
+    if "num_spec_steps" in value:
+        out.append(RequestMetrics(path, line, str(value.get("request_id", f"line {line}")), value))
+    return out
+
+
+def read_requests(paths: list[str]) -> list[RequestMetrics]:
+    out: list[RequestMetrics] = []
+    for path in paths:
+        if path == "-":
+            import sys
+
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        for line, value in _values(path, text):
+            out.extend(extract(path, line, value))
+    return out
+
+
+def _validate(r: RequestMetrics) -> None:
+    m = r.metrics
+    if not isinstance(m, dict):
+        raise BadInput(r.path, r.line, 1, f"{r.request}: spec-decode metrics must be an object")
+    for name in REQUIRED:
+        if name not in m:
+            raise BadInput(r.path, r.line, 1, f"{r.request}: missing field {name!r}")
+    for name in (
+        "num_spec_steps",
+        "num_draft_tokens",
+        "num_accepted_draft_tokens",
+        "num_spec_tokens",
+    ):
+        v = m[name]
+        if type(v) is not int or v < 0:
+            raise BadInput(r.path, r.line, 1, f"{r.request}: {name} must be an int >= 0, got {v!r}")
+    hist = m["acceptance_histogram"]
+    if not isinstance(hist, list) or any(type(v) is not int or v < 0 for v in hist):
+        raise BadInput(
+            r.path, r.line, 1, f"{r.request}: acceptance_histogram must be a list of ints >= 0"
+        )
+    for name in ("per_step_accepted", "per_step_drafted"):
+        v = m.get(name)
+        if v is not None and (
+            not isinstance(v, list) or any(type(x) is not int or x < 0 for x in v)
+        ):
+            raise BadInput(r.path, r.line, 1, f"{r.request}: {name} must be a list of ints >= 0")
+
+
+def check_request(r: RequestMetrics, engine: Engine | None = None) -> list[Finding]:
+    """Internal consistency of one request's metrics, and the replay of its detailed steps."""
+    _validate(r)
+    m = r.metrics
+    k = m["num_spec_tokens"]
+    steps, drafted, accepted = (
+        m["num_spec_steps"],
+        m["num_draft_tokens"],
+        m["num_accepted_draft_tokens"],
+    )
+    hist: list[int] = m["acceptance_histogram"]
+    bad: list[tuple[str, str]] = []
+    if len(hist) != k + 1:
+        bad.append(
+            ("histogram length", f"acceptance_histogram has {len(hist)} entries, k + 1 = {k + 1}")
+        )
+    if sum(hist) != steps:
+        bad.append(
+            ("num_spec_steps == Σ histogram", f"Σ histogram {sum(hist)} != num_spec_steps {steps}")
+        )
+    weighted = sum(i * v for i, v in enumerate(hist))
+    if weighted != accepted:
+        bad.append(
+            (
+                "accepted == Σ i·histogram[i]",
+                f"Σ i·histogram[i] = {weighted} != num_accepted_draft_tokens {accepted}",
+            )
+        )
+    if accepted > drafted:
+        bad.append(("accepted <= drafted", f"accepted {accepted} > drafted {drafted}"))
+    if drafted > k * steps:
+        bad.append(("drafted <= k·steps", f"drafted {drafted} > k={k} * steps {steps}"))
+    mean = 1.0 if steps == 0 else 1 + accepted / steps
+    if (
+        not isinstance(m["mean_acceptance_length"], (int, float))
+        or abs(m["mean_acceptance_length"] - mean) > FLOAT_TOL
+    ):
+        bad.append(
+            (
+                "mean_acceptance_length",
+                f"{m['mean_acceptance_length']} != 1 +"
+                f" {accepted}/{steps} = {mean:.6f}" + (" (1.0 with no step)" if not steps else ""),
+            )
+        )
+    rate = 0.0 if drafted == 0 else accepted / drafted
+    if (
+        not isinstance(m["draft_acceptance_rate"], (int, float))
+        or abs(m["draft_acceptance_rate"] - rate) > FLOAT_TOL
+    ):
+        bad.append(
+            (
+                "draft_acceptance_rate",
+                f"{m['draft_acceptance_rate']} != {accepted}/"
+                f"{drafted} = {rate:.6f}" + (" (0.0 with nothing drafted)" if not drafted else ""),
+            )
+        )
+    per_acc, per_dr = m.get("per_step_accepted"), m.get("per_step_drafted")
+    replayed = ""
+    if per_acc is not None or per_dr is not None:
+        bad.extend(_check_detailed(r, k, steps, drafted, accepted, hist, per_acc, per_dr))
+        if (
+            engine is not None
+            and per_acc is not None
+            and per_dr is not None
+            and len(per_acc) == len(per_dr)
+        ):
+            problem = _replay_steps(engine, r, k, per_acc, per_dr, steps, drafted, accepted)
+            if problem is not None:
+                bad.append(("detailed replay", problem))
+            else:
+                replayed = f"; {len(per_acc)} detailed steps replayed through the reference"
+    findings = [Finding(r.path, r.line, VIOLATION, c, f"{r.request}: {msg}") for c, msg in bad]
+    if not bad:
+        findings.append(
+            Finding(
+                r.path,
+                r.line,
+                OK,
+                "request metrics consistent",
+                f"{r.request}: {steps} steps, drafted {drafted}, accepted"
+                f" {accepted}, histogram {hist}{replayed}",
+            )
+        )
+    return findings
+
+
+def _check_detailed(
+    r: RequestMetrics,
+    k: int,
+    steps: int,
+    drafted: int,
+    accepted: int,
+    hist: list[int],
+    per_acc: list[int] | None,
+    per_dr: list[int] | None,
+) -> list[tuple[str, str]]:
+    bad: list[tuple[str, str]] = []
+    if per_acc is None or per_dr is None:
+        return [("detailed lists", "only one of per_step_accepted / per_step_drafted is present")]
+    if not len(per_acc) == len(per_dr) == steps:
+        bad.append(
+            (
+                "detailed lengths",
+                f"per_step_accepted has {len(per_acc)}, per_step_drafted"
+                f" {len(per_dr)} entries; num_spec_steps is {steps}",
+            )
+        )
+    if sum(per_acc) != accepted:
+        bad.append(
+            ("Σ per_step_accepted", f"{sum(per_acc)} != num_accepted_draft_tokens {accepted}")
+        )
+    if sum(per_dr) != drafted:
+        bad.append(("Σ per_step_drafted", f"{sum(per_dr)} != num_draft_tokens {drafted}"))
+    rebuilt = [0] * (k + 1)
+    for a in per_acc:
+        if a <= k:
+            rebuilt[a] += 1
+    if rebuilt != hist and len(hist) == k + 1:
+        bad.append(("histogram of per_step_accepted", f"{rebuilt} != acceptance_histogram {hist}"))
+    return bad
+
+
+def _replay_steps(
+    engine: Engine,
+    r: RequestMetrics,
+    k: int,
+    per_acc: list[int],
+    per_dr: list[int],
+    steps: int,
+    drafted: int,
+    accepted: int,
+) -> str | None:
+    """Each detailed entry as one legacy block; None when the reference agrees.
+
+    A step that drafted d > 0 and accepted a is Propose(d), Verify(d), Accept(a). vLLM also
+    counts async steps whose drafts were all grammar-invalid (drafted 0): one scheduled slot,
+    rejected by the grammar after the forward pass (structured request, async engine).
+    """
+    if engine.config.k != k:
+        return f"num_spec_tokens {k} differs from the first request's {engine.config.k}"
+    rid = f"{r.path}:{r.line}:{r.request}"
+    step = (engine.current_step or 0) + 1
+    try:
+        engine.apply(StepBegin(step))
+        engine.apply(AddRequest(rid, step, structured=True))
+        for j, (a, d) in enumerate(zip(per_acc, per_dr, strict=True)):
+            if j:
+                step += 1
+                engine.apply(StepBegin(step))
+            slots = max(d, 1)
+            events: list[Event] = [Propose(rid, step, slots), Verify(rid, step, slots)]
+            if slots > d:
+                events.append(GrammarReject(rid, step, slots - d))
+            events.append(Accept(rid, step, a))
+            for event in events:
+                engine.apply(event)
+    except IllegalEvent as exc:
+        return f"step {step}: the reference rejects {exc.event!r}: {exc.reason}"
+    c = engine.requests[rid].counters.legacy
+    want = (steps, drafted, accepted)
+    got = (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens)
+    if got != want:
+        return f"replayed legacy counters (steps, drafted, accepted) {got} != reported {want}"
+    engine.apply(Finish(rid, step))
+    return None
+
+
+def check_files(paths: list[str], metrics: str | None = None) -> list[Finding]:
+    requests = read_requests(paths)
+    findings: list[Finding] = []
+    if not requests:
+        return [
+            Finding(
+                paths[0] if paths else "-",
+                1,
+                NOTE,
+                "no request metrics",
+                "no spec-decode metrics found (started with --per-request-spec-decode-metrics?)",
+            )
+        ]
+    engine: Engine | None = None
+    for r in requests:
+        k = r.metrics.get("num_spec_tokens") if isinstance(r.metrics, dict) else None
+        if engine is None and type(k) is int and k >= 1:
+            engine = Engine(EngineConfig(Mode.ASYNC, k), check=False)
+        findings.extend(check_request(r, engine))
+    if metrics is not None:
+        findings.extend(reconcile(requests, metrics))
+    return findings
+
+
+def reconcile(requests: list[RequestMetrics], metrics: str) -> list[Finding]:
+    """Σ per-request metrics against the final Prometheus totals (vLLM documents equality)."""
+    from .prometheus import read_scrapes, spec_totals
+
+    scrapes = read_scrapes([metrics])
+    if not scrapes:
+        raise BadInput(metrics, 1, 1, "no Prometheus samples found")
+    last = scrapes[-1]
+    k = max(r.metrics["num_spec_tokens"] for r in requests)
+    drafts, tokens, acc, per_pos = spec_totals(last, k)
+    s_steps = sum(r.metrics["num_spec_steps"] for r in requests)
+    s_dr = sum(r.metrics["num_draft_tokens"] for r in requests)
+    s_acc = sum(r.metrics["num_accepted_draft_tokens"] for r in requests)
+    tails = [0] * k
+    for r in requests:
+        hist = r.metrics["acceptance_histogram"]
+        for i in range(k):
+            tails[i] += sum(hist[i + 1 :])
+    line = (
+        max(v[1] for s in last.series.values() for v in s.scalars.values())
+        if any(s.scalars for s in last.series.values())
+        else last.line
+    )
+    pairs = [
+        ("Σ num_spec_steps == num_drafts", s_steps, drafts),
+        ("Σ num_draft_tokens == num_draft_tokens", s_dr, tokens),
+        ("Σ num_accepted_draft_tokens == num_accepted_tokens", s_acc, acc),
+        ("Σ histogram tails == accepted per position", tails, per_pos),
+    ]
+    findings: list[Finding] = []
+    for check, ours, theirs in pairs:
+        if ours == theirs:
+            findings.append(
+                Finding(last.path, line, OK, check, f"{len(requests)} requests: {ours} == {theirs}")
+            )
+        else:
+            findings.append(
+                Finding(
+                    last.path,
+                    line,
+                    VIOLATION,
+                    check,
+                    f"{len(requests)} requests sum to {ours}, the counters say {theirs} (requests"
+                    " that did not finish, were aborted or ran before the dump do not report"
+                    " per-request metrics; other engines' counters are included in the scrape)",
+                )
+            )
+    return findings

@@ -1,0 +1,304 @@
+"""Reading step logs: lines from files, gzip or stdin, and record validation.
+
+Every malformed line becomes a `BadInput` whose text is ``file:line:column: reason``; nothing is
+skipped silently. Validation has a hand-checked fast path for well-formed records (exact key
+set, ``int`` counts, enum values) and falls back to the compiled JSON Schema validator
+(spec/step_log.schema.json) only to explain a record the fast path did not accept, so the error
+text is always the schema's.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any, BinaryIO
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+SCHEMA_VERSION = 1
+RECORD_KINDS = ("header", "request", "request_step", "step_stats", "totals")
+GZIP_MAGIC = b"\x1f\x8b"
+
+Record = dict[str, Any]
+
+
+class BadInput(Exception):
+    """A malformed or misplaced record; ``str()`` is ``file:line:column: reason``."""
+
+    def __init__(self, path: str, line: int, column: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.column = column
+        self.reason = reason
+        super().__init__(f"{path}:{line}:{column}: {reason}")
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict[str, Any]:
+    """The step-log JSON Schema shipped with the spec package."""
+    text = resources.files("spectally.spec").joinpath("step_log.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@lru_cache(maxsize=1)
+def schema_validator() -> Draft202012Validator:
+    """The whole-schema validator, compiled once."""
+    schema = load_schema()
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+@cache
+def kind_validator(kind: str) -> Draft202012Validator:
+    """A validator for one record kind (so errors name that kind's fields), compiled once."""
+    schema = load_schema()
+    return Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{kind}"})
+
+
+# -- fast path -----------------------------------------------------------------------------------
+
+_NULLABLE_COUNT = 1
+_COUNT = 2
+
+
+@dataclass(frozen=True)
+class _KindSpec:
+    required: frozenset[str]
+    allowed: frozenset[str]
+    counts: tuple[str, ...]
+    nullable_counts: tuple[str, ...]
+    enums: tuple[tuple[str, frozenset[str]], ...]
+
+
+def _spec(kind: str) -> _KindSpec:
+    d = load_schema()["$defs"][kind]
+    props: dict[str, Any] = d["properties"]
+    counts: list[str] = []
+    nullable: list[str] = []
+    enums: list[tuple[str, frozenset[str]]] = []
+    for name, p in props.items():
+        ref = p.get("$ref", "")
+        if ref in ("#/$defs/count", "#/$defs/step"):
+            counts.append(name)
+        elif p.get("type") == ["integer", "null"] and p.get("minimum") == 0:
+            nullable.append(name)
+        elif "enum" in p:
+            enums.append((name, frozenset(p["enum"])))
+    return _KindSpec(
+        frozenset(d["required"]), frozenset(props), tuple(counts), tuple(nullable), tuple(enums)
+    )
+
+
+@lru_cache(maxsize=1)
+def _fast_specs() -> dict[str, _KindSpec]:
+    return {"request_step": _spec("request_step"), "step_stats": _spec("step_stats")}
+
+
+def _fast_ok(obj: Record, spec: _KindSpec) -> bool:
+    keys = obj.keys()
+    if not (spec.required <= keys <= spec.allowed):
+        return False
+    for name in spec.counts:
+        v = obj[name]
+        if type(v) is not int or v < 0:
+            return False
+    for name in spec.nullable_counts:
+        v = obj[name]
+        if v is not None and (type(v) is not int or v < 0):
+            return False
+    for name, values in spec.enums:
+        if obj[name] not in values:
+            return False
+    request = obj.get("request")
+    if "request" in spec.allowed and (type(request) is not str or not request):
+        return False
+    if "meta" in obj and type(obj["meta"]) is not dict:
+        return False
+    per_pos = obj.get("num_accepted_tokens_per_pos")
+    if per_pos is not None:
+        if type(per_pos) is not list or not per_pos:
+            return False
+        for v in per_pos:
+            if type(v) is not int or v < 0:
+                return False
+    return True
+
+
+def _column_of(raw: str, path: list[str | int]) -> int:
+    """1-based column of the JSON key named by the error path's first element (1 if unknown)."""
+    for element in path:
+        if isinstance(element, str):
+            at = raw.find(json.dumps(element) + ":")
+            if at < 0:
+                at = raw.find(json.dumps(element))
+            if at >= 0:
+                return at + 1
+            break
+    return 1
+
+
+def _floats(obj: Any, path: list[str | int]) -> tuple[list[str | int], float] | None:
+    """A float where the schema wants an integer (JSON Schema admits 1.0 as an integer)."""
+    if isinstance(obj, float):
+        return path, obj
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("config", "meta"):
+                continue
+            found = _floats(value, [*path, key])
+            if found is not None:
+                return found
+    if isinstance(obj, list):
+        for i, value in enumerate(obj):
+            found = _floats(value, [*path, i])
+            if found is not None:
+                return found
+    return None
+
+
+def _path_text(path: list[str | int]) -> str:
+    out = ""
+    for element in path:
+        out += f"[{element}]" if isinstance(element, int) else (f".{element}" if out else element)
+    return out
+
+
+_REQUEST_KEYS = frozenset(("record", "step", "request", "event", "reason", "structured", "meta"))
+_REQUEST_EVENTS = frozenset(("add", "finish", "abort", "preempt"))
+
+
+def _fast_request_ok(obj: Record) -> bool:
+    if not obj.keys() <= _REQUEST_KEYS:
+        return False
+    step, rid, event = obj.get("step"), obj.get("request"), obj.get("event")
+    if type(step) is not int or step < 0 or type(rid) is not str or not rid:
+        return False
+    if event not in _REQUEST_EVENTS:
+        return False
+    structured = obj.get("structured")
+    if structured is None:
+        if event == "add" or "structured" in obj:
+            return False
+    elif type(structured) is not bool:
+        return False
+    if "reason" in obj and type(obj["reason"]) is not str:
+        return False
+    return "meta" not in obj or type(obj["meta"]) is dict
+
+
+def validate(obj: Any, raw: str) -> tuple[int, str] | None:
+    """None if ``obj`` is a valid record, else (column, reason)."""
+    if type(obj) is dict:
+        kind = obj.get("record")
+        if kind == "request":
+            if _fast_request_ok(obj):
+                return None
+        else:
+            spec = _fast_specs().get(kind)  # type: ignore[arg-type]
+            if spec is not None and _fast_ok(obj, spec):
+                return None
+    if not isinstance(obj, dict):
+        return 1, f"a record must be a JSON object, got {type(obj).__name__}"
+    kind = obj.get("record")
+    version = obj.get("schema_version", SCHEMA_VERSION)
+    if kind == "header" and version != SCHEMA_VERSION:
+        return _column_of(raw, ["schema_version"]), (
+            f"unsupported schema_version {version!r} (this replay reads version {SCHEMA_VERSION})"
+        )
+    if "record" not in obj:
+        return 1, "missing field 'record'"
+    if kind not in RECORD_KINDS:
+        return _column_of(raw, ["record"]), (
+            f"unknown record kind {kind!r} (expected one of {', '.join(RECORD_KINDS)})"
+        )
+    error = best_match(kind_validator(str(kind)).iter_errors(obj))
+    if error is not None:
+        path = list(error.absolute_path)
+        where = _path_text(path)
+        if error.validator == "additionalProperties":
+            extra = sorted(set(obj) - set(load_schema()["$defs"][kind]["properties"]))
+            return _column_of(raw, [extra[0]]), f"unknown field {extra[0]!r} in a {kind} record"
+        if error.validator == "required":
+            missing = [name for name in error.validator_value if name not in error.instance]
+            return 1, f"missing field {missing[0]!r} in a {kind} record"
+        reason = f"{where}: {error.message}" if where else error.message
+        return _column_of(raw, path), reason
+    found = _floats(obj, [])
+    if found is not None:
+        path, value = found
+        return _column_of(raw, path), f"{_path_text(path)}: {value!r} is not an integer"
+    return None
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _binary_stream(path: str) -> BinaryIO:
+    raw: BinaryIO
+    if path == "-":
+        raw = sys.stdin.buffer
+        if not isinstance(raw, io.BufferedReader):
+            raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+    else:
+        raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through iter_lines
+    peek = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else b""
+    if peek == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def iter_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, line without its newline, has_newline) for every line of a log.
+
+    ``-`` reads stdin; gzip input is recognised by its magic bytes. Memory is one line.
+    A broken gzip stream is reported as a `BadInput` at the line it broke in.
+    """
+    stream = _binary_stream(path)
+    lineno = 0
+    try:
+        while True:
+            try:
+                line = stream.readline()
+            except (EOFError, OSError, gzip.BadGzipFile) as exc:
+                raise BadInput(
+                    path, lineno + 1, 1, f"corrupt or truncated gzip stream: {exc}"
+                ) from None
+            if not line:
+                return
+            lineno += 1
+            if line.endswith(b"\n"):
+                yield lineno, line[:-1], True
+            else:
+                yield lineno, line, False
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def parse_line(path: str, lineno: int, line: bytes, has_newline: bool) -> Record:
+    """Decode and validate one line; raise `BadInput` with file:line:column otherwise."""
+    try:
+        obj = json.loads(line)
+    except UnicodeDecodeError as exc:
+        raise BadInput(path, lineno, exc.start + 1, "line is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        if not has_newline:
+            raise BadInput(
+                path, lineno, exc.colno, f"truncated final line (no newline at end): {exc.msg}"
+            ) from None
+        if not line.strip():
+            raise BadInput(path, lineno, 1, "empty line") from None
+        raise BadInput(path, lineno, exc.colno, f"bad JSON: {exc.msg}") from None
+    error = validate(obj, line.decode("utf-8", "replace"))
+    if error is not None:
+        raise BadInput(path, lineno, error[0], error[1])
+    record: Record = obj
+    return record

@@ -1,0 +1,217 @@
+"""Translate step-log records (spec/STEP_LOG.md) into reference events (reference/events.py).
+
+A ``request_step`` record states one (request, scheduled step) draft block as the engine saw
+it. Its events follow the mode's pipeline (reference/step.py):
+
+    sync : Propose, Pad, GrammarReject, Truncate, AVSkip, Verify, Accept
+    async: Propose, Pad, Truncate, AVSkip, Verify, GrammarReject, Accept
+
+* ``Propose(proposed)`` always opens the block; ``Pad(padding)`` when padding > 0.
+* sync: ``GrammarReject(proposed - grammar_valid)`` when grammar_valid is known and smaller;
+  ``Truncate(offered - scheduled)`` where offered is grammar_valid for a structured request
+  (vLLM's ``validate_tokens`` strips placeholders) and proposed + padding otherwise.
+* async: ``Truncate(proposed + padding - scheduled)``; after ``Verify`` the grammar rejects the
+  scheduled drafts past the grammar-valid prefix (``grammar_valid``, or ``scheduled - invalid``
+  when only ``invalid`` is known).
+* ``AVSkip(scheduled drafts - verified)`` when the record knows ``verified`` and it is smaller.
+* ``Verify`` names the drafts in the forward pass. A block that never reached the forward pass
+  (a discarded proposal with ``scheduled == 0``) gets no ``Verify``.
+* ``Accept(accepted)`` only for ``outcome == "applied"`` and, after the ``Preempt`` that made it
+  stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from spectally.reference.events import (
+    Abort,
+    Accept,
+    AddRequest,
+    AVSkip,
+    Event,
+    Finish,
+    GrammarReject,
+    Pad,
+    Preempt,
+    Propose,
+    Truncate,
+    Verify,
+)
+from spectally.reference.step import Mode
+
+Record = dict[str, Any]
+
+LEGACY_PROFILE = "vllm-legacy"
+# Profiles whose step_stats the replay can predict: (engine, newest version) -> profile name.
+LEGACY_MAX_VERSION = (0, 32)
+
+# The outcome a lifecycle event gives to the blocks it discards (machine.Outcome values).
+LIFECYCLE_OUTCOME = {
+    "finish": "discarded_finished",
+    "abort": "discarded_aborted",
+    "preempt": "discarded_preempted",
+}
+HELD_ACCEPT_OUTCOMES = frozenset(("discarded_stale",))
+DISCARDED_OUTCOMES = frozenset(
+    ("discarded_finished", "discarded_aborted", "discarded_preempted", "discarded_stale")
+)
+
+
+class Untranslatable(Exception):
+    """A record no reference event sequence can express (e.g. scheduled above what was offered).
+
+    ``field`` names the record field at fault, for the column of the report.
+    """
+
+    def __init__(self, reason: str, field: str) -> None:
+        self.reason = reason
+        self.field = field
+        super().__init__(reason)
+
+
+def parse_version(version: str) -> tuple[int, ...]:
+    """Leading numeric components of a version string: "0.32.0rc1+cpu" -> (0, 32, 0)."""
+    parts: list[int] = []
+    for piece in version.split("."):
+        m = re.match(r"\d+", piece)
+        if m is None:
+            break
+        parts.append(int(m.group()))
+        if m.end() != len(piece):
+            break
+    return tuple(parts)
+
+
+def profile_for(engine: str, engine_version: str) -> str | None:
+    """The counting profile an engine version reports under; None when the replay has none."""
+    if engine != "vllm":
+        return None
+    version = parse_version(engine_version)
+    if not version:
+        return None
+    if version[:2] <= LEGACY_MAX_VERSION:
+        return LEGACY_PROFILE
+    return None
+
+
+@dataclass(frozen=True)
+class Header:
+    """What the replay needs from the header record."""
+
+    engine: str
+    engine_version: str
+    k: int
+    mode: Mode
+    drop_stale_output: bool
+    adaptive_verification: bool
+    structured_outputs_backend: str | None
+    spec_method: str
+    engine_index: int | None
+    profile: str | None
+
+    @classmethod
+    def from_record(cls, rec: Record) -> Header:
+        return cls(
+            engine=rec["engine"],
+            engine_version=rec["engine_version"],
+            k=rec["num_speculative_tokens"],
+            mode=Mode(rec["scheduling"]),
+            drop_stale_output=rec["drop_stale_output"],
+            adaptive_verification=rec["adaptive_verification"],
+            structured_outputs_backend=rec["structured_outputs_backend"],
+            spec_method=rec["spec_method"],
+            engine_index=rec.get("engine_index"),
+            profile=profile_for(rec["engine"], rec["engine_version"]),
+        )
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """The events of one request_step record.
+
+    ``events`` run when the record is read; ``accept`` (if any) right after them, or, for a
+    ``discarded_stale`` block, after the request's ``Preempt``.
+    """
+
+    events: tuple[Event, ...]
+    accept: Accept | None
+    scheduled_drafts: int
+    verified: int
+    in_forward_pass: bool
+
+
+def lifecycle_event(rec: Record) -> Event:
+    """The reference event of a ``request`` record."""
+    rid, step, event = rec["request"], rec["step"], rec["event"]
+    if event == "add":
+        return AddRequest(rid, step, structured=rec["structured"])
+    if event == "finish":
+        return Finish(rid, step, reason=rec.get("reason", "stop"))
+    if event == "abort":
+        return Abort(rid, step)
+    return Preempt(rid, step)
+
+
+def translate_block(mode: Mode, structured: bool, rec: Record) -> BlockPlan:
+    """The reference events of a ``request_step`` record (see the module docstring)."""
+    rid: str = rec["request"]
+    step: int = rec["step"]
+    n: int = rec["proposed"]
+    pad: int = rec["padding"]
+    g: int | None = rec["grammar_valid"]
+    s: int = rec["scheduled"]
+    invalid: int | None = rec["invalid"]
+    v: int | None = rec["verified"]
+    outcome: str = rec["outcome"]
+    if g is not None and not structured:
+        raise Untranslatable(
+            "grammar_valid is set but the request was added without structured output",
+            "grammar_valid",
+        )
+    if g is not None and g > n and mode is Mode.SYNC:
+        raise Untranslatable(f"grammar_valid {g} exceeds the {n} proposed drafts", "grammar_valid")
+
+    events: list[Event] = [Propose(rid, step, n)]
+    if pad:
+        events.append(Pad(rid, step, pad))
+    if mode is Mode.SYNC:
+        kept = n if g is None else g
+        if kept < n:
+            events.append(GrammarReject(rid, step, n - kept))
+        offered = kept if structured else n + pad
+    else:
+        kept = n
+        offered = n + pad
+    if s > offered:
+        what = "grammar-valid drafts" if mode is Mode.SYNC and structured else "slots"
+        raise Untranslatable(
+            f"scheduled {s} exceeds the {offered} {what} offered to the scheduler", "scheduled"
+        )
+    if s < offered:
+        events.append(Truncate(rid, step, offered - s))
+    scheduled_drafts = min(kept, s)
+    verified = scheduled_drafts
+    if v is not None:
+        if v > scheduled_drafts:
+            raise Untranslatable(
+                f"verified {v} exceeds the {scheduled_drafts} scheduled drafts", "verified"
+            )
+        if v < scheduled_drafts:
+            events.append(AVSkip(rid, step, scheduled_drafts - v))
+        verified = v
+    in_forward = s > 0 or outcome in ("applied", "discarded_stale")
+    if in_forward:
+        events.append(Verify(rid, step, verified))
+        if mode is Mode.ASYNC and structured:
+            valid = g
+            if valid is None and invalid is not None:
+                valid = max(s - invalid, 0)
+            if valid is not None and valid < scheduled_drafts:
+                events.append(GrammarReject(rid, step, scheduled_drafts - valid))
+    accept = None
+    if outcome == "applied" or outcome in HELD_ACCEPT_OUTCOMES:
+        accept = Accept(rid, step, rec["accepted"])
+    return BlockPlan(tuple(events), accept, scheduled_drafts, verified, in_forward)
