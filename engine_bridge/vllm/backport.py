@@ -1,0 +1,271 @@
+"""Backport: publish the RFC counters (drafted >= verified >= accepted) from a legacy vLLM 0.32.
+
+Enable with one flag while the recording scheduler is in use (it feeds this module the same
+request_step stream it writes to the step log; writing a log file is optional)::
+
+    SPECTALLY_BACKPORT=1 vllm serve MODEL --speculative-config ... \
+        --scheduler-cls spectally.engine_bridge.vllm.recorder.RecordingScheduler
+    # async scheduling: ...recorder.RecordingAsyncScheduler
+
+Prometheus counters, next to vLLM's own ``vllm:spec_decode_*`` (labels ``model_name``,
+``engine``; per-position counters add ``position`` = 0..k-1; exposed with ``_total``):
+
+====================================================  =========================================
+``spectally:spec_decode_num_drafted_tokens``          drafted (RFC: proposed by the drafter,
+                                                      grammar-invalid and AV-skipped included)
+``spectally:spec_decode_num_verified_tokens``         verified (in the target forward pass)
+``spectally:spec_decode_num_accepted_tokens``         accepted (bonus token excluded)
+``spectally:spec_decode_num_spec_steps``              spec steps (same under sync and async)
+``spectally:spec_decode_num_drafted_tokens_per_pos``  per position (prefix counts)
+``spectally:spec_decode_num_verified_tokens_per_pos``
+``spectally:spec_decode_num_accepted_tokens_per_pos``
+====================================================  =========================================
+
+and a periodic log line (every ``SPECTALLY_BACKPORT_LOG_INTERVAL`` seconds, default 10; 0 = off)
+in the format of vLLM's ``SpecDecoding metrics:`` line plus the verified count.
+
+Where the counters live: the scheduler runs in the engine-core process. In-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, offline ``LLM``) they sit in the default registry next to
+vLLM's. With a separate engine process they are visible to the API server's ``/metrics`` when
+``PROMETHEUS_MULTIPROC_DIR`` is set for both processes (prometheus_client multiprocess mode),
+or on their own port with ``SPECTALLY_BACKPORT_PORT=N`` (``start_http_server`` in the engine
+process).
+
+Counting: every request_step record goes through ONE function, `rfc_block_counts`, which calls
+the executable reference (``spectally.reference``: ``StepQuery`` -> ``Counters.add_step``). The
+mapping record -> reference inputs is `step_query`; nothing else here knows a counting rule.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from spectally.reference.counters import Counters
+from spectally.reference.step import Mode, StepQuery
+
+logger = logging.getLogger("spectally.backport")
+
+ENV_LOG_INTERVAL = "SPECTALLY_BACKPORT_LOG_INTERVAL"
+ENV_PORT = "SPECTALLY_BACKPORT_PORT"
+PREFIX = "spectally:spec_decode_"
+
+
+def step_query(mode: Mode, record: dict[str, Any]) -> StepQuery:
+    """A recorded request_step as the reference's inputs (SPEC.md stage caps)."""
+    applied = record["outcome"] == "applied"
+    return StepQuery(
+        mode=mode,
+        proposed=record["proposed"],
+        accepted=record["accepted"],
+        grammar_valid=record["grammar_valid"],
+        scheduled=record["scheduled"],
+        av_verify=record["verified"],  # null = no AV observed: the target saw every slot
+        padding=record["padding"],
+        applied=applied,
+        legacy_reported=applied and record["sampled"] > 0,
+    )
+
+
+def rfc_block_counts(mode: Mode, k: int, record: dict[str, Any]) -> Counters:
+    """THE counting call: what one block adds to every counter, per the reference."""
+    return Counters.zero(k).add_step(mode, step_query(mode, record).inputs())
+
+
+@dataclass
+class _Metrics:
+    drafted: Any
+    verified: Any
+    accepted: Any
+    spec_steps: Any
+    drafted_pos: Any
+    verified_pos: Any
+    accepted_pos: Any
+    errors: Any
+
+
+_METRICS: _Metrics | None = None
+_METRICS_LOCK = threading.Lock()
+_HTTP_STARTED = False
+
+
+def _metrics() -> _Metrics:
+    """Create the counters once per process (prometheus_client refuses duplicate names)."""
+    global _METRICS
+    with _METRICS_LOCK:
+        if _METRICS is None:
+            from prometheus_client import Counter
+
+            labels = ["model_name", "engine"]
+            pos = [*labels, "position"]
+
+            def c(name: str, doc: str, names: list[str]) -> Any:
+                return Counter(PREFIX + name, doc, names)
+
+            _METRICS = _Metrics(
+                drafted=c("num_drafted_tokens", "Draft tokens proposed (RFC drafted).", labels),
+                verified=c("num_verified_tokens", "Draft tokens the target verified.", labels),
+                accepted=c("num_accepted_tokens", "Draft tokens accepted (RFC).", labels),
+                spec_steps=c("num_spec_steps", "Speculative steps (RFC).", labels),
+                drafted_pos=c("num_drafted_tokens_per_pos", "Drafted per position.", pos),
+                verified_pos=c("num_verified_tokens_per_pos", "Verified per position.", pos),
+                accepted_pos=c("num_accepted_tokens_per_pos", "Accepted per position.", pos),
+                errors=c("backport_errors", "Blocks the backport could not count.", labels),
+            )
+        return _METRICS
+
+
+def _maybe_start_http() -> None:
+    global _HTTP_STARTED
+    port = os.environ.get(ENV_PORT)
+    if port and not _HTTP_STARTED:
+        from prometheus_client import start_http_server
+
+        start_http_server(int(port))
+        _HTTP_STARTED = True
+
+
+class BackportPublisher:
+    """Consumes step-log records (recorder sinks) and publishes RFC counters."""
+
+    def __init__(
+        self,
+        k: int,
+        model_name: str,
+        engine: str = "0",
+        mode: Mode = Mode.SYNC,
+        log_interval: float | None = None,
+    ) -> None:
+        self.k = k
+        self.mode = mode
+        self.labels = {"model_name": model_name, "engine": engine}
+        self.totals = Counters.zero(k)
+        self._logged = Counters.zero(k)
+        if log_interval is None:
+            log_interval = float(os.environ.get(ENV_LOG_INTERVAL, "10"))
+        self.log_interval = log_interval
+        self._last_log = time.monotonic()
+        self._adaptive_verification = False
+        self._warned_av = False
+        m = _metrics()
+        self._m = m
+        self._scalar = {
+            "drafted": m.drafted.labels(**self.labels),
+            "verified": m.verified.labels(**self.labels),
+            "accepted": m.accepted.labels(**self.labels),
+            "spec_steps": m.spec_steps.labels(**self.labels),
+        }
+        self._pos = {
+            name: [
+                getattr(m, f"{name}_pos").labels(**self.labels, position=str(i)) for i in range(k)
+            ]
+            for name in ("drafted", "verified", "accepted")
+        }
+        _maybe_start_http()
+
+    @classmethod
+    def from_scheduler(cls, sched: Any, k: int) -> BackportPublisher:
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        vc = sched.vllm_config
+        model_name = vc.model_config.served_model_name or vc.model_config.model
+        if isinstance(model_name, list):
+            model_name = model_name[0]
+        engine = str(getattr(vc.parallel_config, "data_parallel_index", 0) or 0)
+        mode = Mode.ASYNC if isinstance(sched, AsyncScheduler) else Mode.SYNC
+        return cls(k, str(model_name), engine, mode)
+
+    def observe(self, record: dict[str, Any]) -> None:
+        kind = record.get("record")
+        if kind == "header":
+            self.mode = Mode(record["scheduling"])
+            self._adaptive_verification = bool(record.get("adaptive_verification"))
+            return
+        if kind != "request_step":
+            return
+        if self._adaptive_verification and record["verified"] is None and not self._warned_av:
+            logger.warning(
+                "adaptive verification is on but no worker hook reports verified counts; "
+                "verified is overestimated (every scheduled draft is taken as verified)"
+            )
+            self._warned_av = True
+        try:
+            block = rfc_block_counts(self.mode, self.k, record)
+        except Exception:  # never take the engine down for a metric
+            logger.exception("spectally backport could not count block %s", record)
+            self._m.errors.labels(**self.labels).inc()
+            return
+        self.totals = self.totals.merge(block)
+        self._publish(block)
+        if self.log_interval > 0 and time.monotonic() - self._last_log >= self.log_interval:
+            self.log()
+
+    def _publish(self, block: Counters) -> None:
+        r = block.rfc
+        for name, value in (
+            ("drafted", r.drafted),
+            ("verified", r.verified),
+            ("accepted", r.accepted),
+            ("spec_steps", r.spec_steps),
+        ):
+            if value:
+                self._scalar[name].inc(value)
+        for name in ("drafted", "verified", "accepted"):
+            for i, value in enumerate(block.per_position(name)):
+                if value:
+                    self._pos[name][i].inc(value)
+
+    def log(self) -> None:
+        """One line over the interval since the last one (same fields as vLLM's, plus verified)."""
+        now = time.monotonic()
+        cur, last = self.totals.rfc, self._logged.rfc
+        drafted = cur.drafted - last.drafted
+        verified = cur.verified - last.verified
+        accepted = cur.accepted - last.accepted
+        steps = cur.spec_steps - last.spec_steps
+        elapsed = max(now - self._last_log, 1e-9)
+        pos_acc = [
+            a - b
+            for a, b in zip(
+                self.totals.per_position("accepted"),
+                self._logged.per_position("accepted"),
+                strict=True,
+            )
+        ]
+        pos_ver = [
+            a - b
+            for a, b in zip(
+                self.totals.per_position("verified"),
+                self._logged.per_position("verified"),
+                strict=True,
+            )
+        ]
+        per_pos = ", ".join(
+            f"{a / v:.3f}" if v else "n/a" for a, v in zip(pos_acc, pos_ver, strict=True)
+        )
+        logger.info(
+            "spectally RFC SpecDecoding metrics: Mean acceptance length: %.2f, "
+            "Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, "
+            "Accepted: %d tokens, Verified: %d tokens, Drafted: %d tokens, Spec steps: %d, "
+            "Per-position acceptance rate (accepted/verified): %s, "
+            "Avg Draft acceptance rate: %s",
+            1.0 + accepted / steps if steps else 1.0,
+            accepted / elapsed,
+            drafted / elapsed,
+            accepted,
+            verified,
+            drafted,
+            steps,
+            per_pos,
+            f"{100.0 * accepted / drafted:.1f}%" if drafted else "n/a",
+        )
+        self._logged = self.totals
+        self._last_log = now
+
+    def close(self) -> None:
+        if self.log_interval > 0 and self.totals != self._logged:
+            self.log()
