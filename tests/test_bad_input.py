@@ -226,7 +226,8 @@ def test_per_position_length(tmp_path: Path) -> None:
         "num_accepted_tokens_per_pos": [1, 0],
     }
     assert bad(tmp_path, log(HEADER, ADD, STEP, stats)) == (
-        f"log.ndjson:4:{col(stats, 'num_accepted_tokens_per_pos')}: num_accepted_tokens_per_pos has 2 entries; the header says k = 3"
+        f"log.ndjson:4:{col(stats, 'num_accepted_tokens_per_pos')}:"
+        " num_accepted_tokens_per_pos has 2 entries; the header says k = 3"
     )
 
 
