@@ -313,6 +313,8 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
             "device": "cuda" if cfg.gpu else "cpu",
         }
     )
+    os.environ[recorder.ENV_BACKPORT] = "1"  # publish the RFC counters live as well
+    os.environ.setdefault("SPECTALLY_BACKPORT_LOG_INTERVAL", "0")
     if not cfg.gpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
@@ -330,6 +332,7 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     totals = recorder.subtract_totals(
         recorder.totals_from_metrics(llm.get_metrics(), cfg.k), before
     )
+    backport = _backport_totals(cfg) if not cfg.multiprocessing else None
     llm.llm_engine.engine_core.shutdown()  # closes the step log in the engine-core process
     del llm
     t_run = time.monotonic() - t0 - t_init
@@ -340,6 +343,8 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
         dst.write(src.read())
     raw.unlink()
     summary = summarize(records)
+    summary.update(check_log(gz))
+    summary["backport"] = backport
     summary.update(
         name=cfg.name,
         file=gz.name,
@@ -349,6 +354,49 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     )
     (out_dir / f"{cfg.name}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _backport_totals(cfg: RunConfig) -> dict[str, float] | None:
+    """The spectally:* counters the backport published in this (engine-core) process."""
+    from prometheus_client import REGISTRY
+
+    out: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        if not metric.name.startswith("spectally:spec_decode_num_"):
+            continue
+        if metric.name.endswith("_per_pos"):
+            continue
+        key = metric.name.removeprefix("spectally:spec_decode_num_")
+        out[key] = sum(s.value for s in metric.samples if s.name.endswith("_total"))
+    return out or None
+
+
+def check_log(path: Path) -> dict[str, Any]:
+    """Schema validation (spec/step_log.schema.json) and the project's replay, when available."""
+    result: dict[str, Any] = {"schema_errors": None, "replay": None}
+    schema_path = Path(__file__).resolve().parents[2] / "spec" / "step_log.schema.json"
+    try:
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator(json.loads(schema_path.read_text()))
+        with gzip.open(path, "rt") as fh:
+            result["schema_errors"] = sum(
+                1 for line in fh if any(True for _ in validator.iter_errors(json.loads(line)))
+            )
+    except Exception as exc:  # the schema is another module's; report, do not fail the run
+        result["schema_errors"] = f"not checked: {exc!r}"[:300]
+    try:
+        from spectally.engine_bridge.replay import replay_file
+
+        replay = replay_file(str(path), max_divergences=1, progress=False)
+        result["replay"] = replay.status
+        if replay.divergences:
+            result["replay_divergence"] = replay.divergences[0].reason
+        if replay.bad_input is not None:
+            result["replay_divergence"] = str(replay.bad_input)[:500]
+    except Exception as exc:
+        result["replay"] = f"not run: {exc!r}"[:300]
+    return result
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -468,7 +516,9 @@ def _line(s: dict[str, Any]) -> str:
         f"drafts={leg['num_drafts']:<4} rate={rate:.3f} steps={s['steps']:<4} "
         f"totals=({tot.get('num_drafts')},{tot.get('num_draft_tokens')},"
         f"{tot.get('num_accepted_tokens')}) outcomes={s['outcomes']} "
+        f"schema_errors={s.get('schema_errors')} replay={s.get('replay')} "
         f"[{s['init_s']}+{s['run_s']}s]"
+        + (f"\n    replay: {s['replay_divergence']}" if s.get("replay_divergence") else "")
     )
 
 
@@ -497,6 +547,9 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
                 "events": s["events"],
                 "step_stats_equal_totals": s["step_stats_equal_totals"],
                 "blocks_equal_step_stats": s["blocks_equal_step_stats"],
+                "schema_errors": s.get("schema_errors"),
+                "replay": s.get("replay"),
+                "backport_rfc": s.get("backport"),
             }
         )
     manifest = {

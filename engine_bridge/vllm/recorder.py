@@ -40,6 +40,7 @@ import atexit
 import heapq
 import itertools
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ ENV_SO_BACKEND = "SPECTALLY_SO_BACKEND"
 ENV_BACKPORT = "SPECTALLY_BACKPORT"
 
 Record = dict[str, Any]
+logger = logging.getLogger("spectally.recorder")
 
 # Worker-side observations (GPU adaptive verification), filled by gpu_worker.py when the worker
 # runs in the engine-core process (UniProcExecutor): id(scheduler_output) -> {req_id: verified}.
@@ -169,11 +171,15 @@ class _RecorderState:
             self.sinks.append(writer.write)
             self._closers.append(writer.close)
         if os.environ.get(ENV_BACKPORT, "") not in ("", "0") and self.enabled_spec:
-            from spectally.engine_bridge.vllm.backport import BackportPublisher
+            try:
+                from spectally.engine_bridge.vllm.backport import BackportPublisher
 
-            pub = BackportPublisher.from_scheduler(sched, self.k)
-            self.sinks.append(pub.observe)
-            self._closers.append(pub.close)
+                pub = BackportPublisher.from_scheduler(sched, self.k)
+            except Exception:  # a metrics add-on must never stop the engine
+                logger.exception("spectally backport disabled")
+            else:
+                self.sinks.append(pub.observe)
+                self._closers.append(pub.close)
         self.active = bool(self.sinks)
         if self.active:
             atexit.register(self.close)
@@ -346,7 +352,7 @@ class RecorderMixin:
         if sx.active:
             sx.request_event(sx.step, request.request_id, "preempt", None)
             # Sync: the proposal waiting for this request is dropped with spec_token_ids.
-            sx.drop_pending(request.request_id, "discarded_stale", sx.step)
+            sx.drop_pending(request.request_id, "discarded_preempted", sx.step)
 
     # drafts -------------------------------------------------------------------------------
     def update_draft_token_ids(self, draft_token_ids: Any) -> None:
@@ -478,7 +484,9 @@ class RecorderMixin:
             if request is None or request.is_finished():
                 aborted = req_id in sx.aborted
                 block.outcome = "discarded_aborted" if aborted else "discarded_finished"
-            elif request.num_stale_output_tokens > 0 and request.drop_stale_output:
+            elif request.num_stale_output_tokens > 0:
+                # Async, in flight when the request was preempted. vLLM 0.32 still counts it
+                # unless request.drop_stale_output (header drop_stale_output says which).
                 block.outcome = "discarded_stale"
             else:
                 block.outcome = "applied"
