@@ -115,15 +115,16 @@ def _fast_ok(obj: Record, spec: _KindSpec) -> bool:
         if v is not None and (type(v) is not int or v < 0):
             return False
     for name, values in spec.enums:
-        if obj[name] not in values:
+        v = obj[name]
+        if type(v) is not str or v not in values:
             return False
     request = obj.get("request")
     if "request" in spec.allowed and (type(request) is not str or not request):
         return False
     if "meta" in obj and type(obj["meta"]) is not dict:
         return False
-    per_pos = obj.get("num_accepted_tokens_per_pos")
-    if per_pos is not None:
+    if "num_accepted_tokens_per_pos" in spec.required:
+        per_pos = obj["num_accepted_tokens_per_pos"]
         if type(per_pos) is not list or not per_pos:
             return False
         for v in per_pos:
@@ -181,7 +182,7 @@ def _fast_request_ok(obj: Record) -> bool:
     step, rid, event = obj.get("step"), obj.get("request"), obj.get("event")
     if type(step) is not int or step < 0 or type(rid) is not str or not rid:
         return False
-    if event not in _REQUEST_EVENTS:
+    if type(event) is not str or event not in _REQUEST_EVENTS:
         return False
     structured = obj.get("structured")
     if structured is None:
@@ -202,7 +203,7 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
             if _fast_request_ok(obj):
                 return None
         else:
-            spec = _fast_specs().get(kind)  # type: ignore[arg-type]
+            spec = _fast_specs().get(kind) if type(kind) is str else None
             if spec is not None and _fast_ok(obj, spec):
                 return None
     if not isinstance(obj, dict):
@@ -215,7 +216,7 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
         )
     if "record" not in obj:
         return 1, "missing field 'record'"
-    if kind not in RECORD_KINDS:
+    if type(kind) is not str or kind not in RECORD_KINDS:
         return _column_of(raw, ["record"]), (
             f"unknown record kind {kind!r} (expected one of {', '.join(RECORD_KINDS)})"
         )
