@@ -83,6 +83,7 @@ class RunConfig:
     # and hands the draft probabilities to the rejection sampler (vLLM's default is "greedy").
     draft_sample_method: str | None = None
     extra_llm: dict[str, Any] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 def cpu_matrix() -> list[RunConfig]:
@@ -164,13 +165,16 @@ def cpu_matrix() -> list[RunConfig]:
 
 
 def gpu_matrix() -> list[RunConfig]:
-    """Async scheduling, structured outputs and adaptive verification (CUDA vLLM only)."""
+    """Async scheduling, structured outputs and adaptive verification (CUDA vLLM only).
+
+    Every run uses the V2 model runner (adaptive verification exists only there) with CUDA
+    graphs, and the worker hook (gpu_worker.py) that reports the verified count per block.
+    """
+    v2 = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
     runs: list[RunConfig] = []
-    for sched in ("sync", "async"):
-        for so in (None, "json", "regex"):
-            for av in (False, True):
-                if av and sched == "sync":
-                    continue  # AV is decided on the device next to async scheduling here
+    for sched in ("async", "sync"):
+        for so in ("json", None, "regex"):
+            for av in (True, False):
                 tag = f"{sched}-{so or 'noso'}-{'av' if av else 'noav'}"
                 runs.append(
                     RunConfig(
@@ -183,22 +187,40 @@ def gpu_matrix() -> list[RunConfig]:
                         scheduling=sched,
                         adaptive_verification=av,
                         gpu=True,
-                        multiprocessing=True,
-                        quick=(so == "json"),
+                        num_requests=8,
+                        quick=(so == "json" or (sched == "async" and so is None and av)),
+                        extra_env=v2,
                     )
                 )
         runs.append(
             RunConfig(
-                f"gpu-ngram-k3-{sched}-json",
+                f"gpu-ngram-k3-{sched}-so-json",
                 "ngram",
                 3,
                 so="json",
                 so_backend="xgrammar",
                 scheduling=sched,
                 gpu=True,
-                multiprocessing=True,
+                num_requests=8,
+                extra_env=v2,
             )
         )
+    runs.append(
+        RunConfig(
+            "gpu-draft-noise05-k4-async-json-av-mp",
+            "draft_model",
+            4,
+            "draft-noise05",
+            so="json",
+            so_backend="xgrammar",
+            scheduling="async",
+            adaptive_verification=True,
+            gpu=True,
+            multiprocessing=True,
+            num_requests=8,
+            extra_env=v2,
+        )
+    )
     return runs
 
 
@@ -318,6 +340,7 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     if not cfg.gpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
+    os.environ.update(cfg.extra_env)
 
     from vllm import LLM
 

@@ -195,7 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only check; never install")
     ap.add_argument("--force", action="store_true", help="reinstall even if ready")
     ap.add_argument("--quiet", action="store_true", help="pip output to a log file")
+    ap.add_argument(
+        "--install-repo",
+        metavar="PYTHON",
+        help="only make spectally.* importable for this interpreter (e.g. a CUDA vLLM venv)",
+    )
     args = ap.parse_args(argv)
+    if args.install_repo:
+        install_repo(Path(args.install_repo))
+        return 0
     if args.check:
         py = venv_python()
         ok = smoke_check(py, quiet=False)

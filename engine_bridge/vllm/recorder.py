@@ -61,7 +61,9 @@ logger = logging.getLogger("spectally.recorder")
 
 # Worker-side observations (GPU adaptive verification), filled by gpu_worker.py when the worker
 # runs in the engine-core process (UniProcExecutor): id(scheduler_output) -> {req_id: verified}.
-WORKER_VERIFIED: dict[int, dict[str, int]] = {}
+# Values are {req_id: verified} or a zero-argument callable returning it (read lazily, after the
+# step finished, so the worker never waits for the device).
+WORKER_VERIFIED: dict[int, Any] = {}
 
 
 class StepLogWriter:
@@ -469,7 +471,8 @@ class RecorderMixin:
         requests = self.requests  # type: ignore[attr-defined]
         sampled_ids = model_runner_output.sampled_token_ids
         index = model_runner_output.req_id_to_index
-        verified = WORKER_VERIFIED.pop(id(scheduler_output), {})
+        observed = WORKER_VERIFIED.pop(id(scheduler_output), None)
+        verified: dict[str, int] = (observed() if callable(observed) else observed) or {}
         seen: dict[str, Any] = {}
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(req_id)
