@@ -652,10 +652,11 @@ class Replayer:
         rec: Record | None,
         rows: list[tuple[str, Any, Any]],
         state: list[str],
+        path: str | None = None,
     ) -> None:
         self.failed += 1
         self.divergences.append(
-            Divergence(self.path, line, column, kind, step, reason, rec, rows, state)
+            Divergence(path or self.path, line, column, kind, step, reason, rec, rows, state)
         )
         if len(self.divergences) >= self.max_divergences:
             raise StopReplay
@@ -766,7 +767,8 @@ class Replayer:
                 " vllm-legacy totals",
                 None,
                 rows,
-                [],
+                [f"replayed log: {self.path}"],
+                path=last.path,
             )
 
     # -- summary ---------------------------------------------------------------------------------

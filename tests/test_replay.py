@@ -1,0 +1,266 @@
+"""Streaming replay (engine_bridge/replay.py): agreement, reports, options and end checks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.cli import replay
+from spectally.engine_bridge.records import parse_line
+from spectally.engine_bridge.replay import Replayer, replay_file
+
+ROOT = Path(__file__).parent.parent
+EXAMPLE = ROOT / "engine_bridge" / "examples" / "step-log-async-eagle-xgrammar.ndjson"
+FIXTURES = sorted((ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson*"))
+TRACES = ROOT / "tests" / "traces"
+
+
+def write(tmp_path: Path, records: list[dict[str, Any]], name: str = "log.ndjson") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def header(**kw: Any) -> dict[str, Any]:
+    h = {
+        "record": "header",
+        "schema_version": 1,
+        "engine": "vllm",
+        "engine_version": "0.32.0",
+        "num_speculative_tokens": 4,
+        "scheduling": "async",
+        "spec_method": "eagle",
+        "structured_outputs_backend": "xgrammar",
+        "adaptive_verification": True,
+        "drop_stale_output": False,
+    }
+    h.update(kw)
+    return h
+
+
+def block(step: int, rid: str, **kw: Any) -> dict[str, Any]:
+    b = {
+        "record": "request_step",
+        "step": step,
+        "request": rid,
+        "proposed": 4,
+        "padding": 0,
+        "grammar_valid": None,
+        "scheduled": 4,
+        "invalid": None,
+        "verified": None,
+        "sampled": 1,
+        "accepted": 0,
+        "outcome": "applied",
+    }
+    b.update(kw)
+    return b
+
+
+def stats(step: int, drafts: int, tokens: int, accepted: int, per_pos: list[int]) -> dict[str, Any]:
+    return {
+        "record": "step_stats",
+        "step": step,
+        "num_drafts": drafts,
+        "num_draft_tokens": tokens,
+        "num_accepted_tokens": accepted,
+        "num_accepted_tokens_per_pos": per_pos,
+    }
+
+
+def add(rid: str, structured: bool = False, step: int = 1) -> dict[str, Any]:
+    return {
+        "record": "request",
+        "step": step,
+        "request": rid,
+        "event": "add",
+        "structured": structured,
+    }
+
+
+def test_the_rfc_row(tmp_path: Path) -> None:
+    """Async + AV, k=4, grammar rejects the last 2: drafted 4, verified 3, accepted 1; vLLM 0.32
+    reports 2 drafted (less than verified)."""
+    path = write(
+        tmp_path,
+        [
+            header(),
+            add("r", structured=True),
+            block(2, "r", grammar_valid=2, invalid=2, verified=3, sampled=2, accepted=1),
+            stats(2, 1, 2, 1, [1, 0, 0, 0]),
+        ],
+    )
+    result = replay_file(str(path), progress=False)
+    assert result.status == "agree"
+    rfc = result.summary["totals"]["rfc"]
+    legacy = result.summary["totals"]["vllm-legacy"]
+    assert (rfc["drafted"], rfc["verified"], rfc["accepted"]) == (4, 3, 1)
+    assert (legacy["drafted"], legacy["accepted"], legacy["spec_steps"]) == (2, 1, 1)
+    shift = result.summary["shift"]
+    assert shift["acceptance_rate"]["why"] == (
+        "acceptance rate 0.50 → 0.25: 2 grammar-invalid drafts now count as drafted"
+    )
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_recorded_vllm_logs_replay_clean(path: Path) -> None:
+    result = replay_file(str(path), progress=False)
+    assert result.status == "agree", "\n".join(d.render() for d in result.divergences)
+    assert result.summary["checked"] > 0
+
+
+def test_bundled_example_replays_clean_with_json_output() -> None:
+    result = CliRunner().invoke(replay, [str(EXAMPLE), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["status"] == "agree"
+    assert payload["summary"]["agreement_percent"] == 100.0
+    assert payload["summary"]["records"] == len(EXAMPLE.read_text().splitlines())
+    assert set(payload["summary"]["metrics"]) == {"vllm-legacy", "rfc"}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("av", [False, True])
+def test_synthetic_logs_agree(tmp_path: Path, mode: str, av: bool) -> None:
+    """synth.py computes step_stats with its own transcription of vLLM's rule: the reference's
+    vllm-legacy profile must agree with it everywhere."""
+    path = tmp_path / "s.ndjson"
+    path.write_bytes(b"".join(synth.lines(1500, mode=mode, av=av, seed=11)))
+    result = replay_file(str(path), progress=False)
+    assert result.status == "agree", "\n".join(d.render() for d in result.divergences)
+    assert result.summary["records_by_kind"]["totals"] == 1
+
+
+def test_finished_requests_are_dropped_from_memory() -> None:
+    replayer = Replayer("synthetic")
+    for n, raw in enumerate(synth.lines(2500, batch=16, mean_steps=5, seed=4), start=1):
+        replayer.feed(n, parse_line("synthetic", n, raw[:-1], True))
+    replayer.finish()
+    assert replayer.engine is not None
+    assert replayer.requests > 100
+    assert len(replayer.engine.requests) <= 16  # only the running batch is kept
+    assert not replayer.divergences
+
+
+def test_gzip_and_stdin(tmp_path: Path) -> None:
+    text = EXAMPLE.read_bytes()
+    gz = tmp_path / "example.log"  # no .gz suffix: recognised by its magic bytes
+    gz.write_bytes(gzip.compress(text))
+    assert replay_file(str(gz), progress=False).status == "agree"
+    result = CliRunner().invoke(replay, ["-", "--json"], input=text)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["path"] == "-"
+
+
+def _two_divergences(tmp_path: Path) -> Path:
+    return write(
+        tmp_path,
+        [
+            header(scheduling="sync", adaptive_verification=False),
+            add("a"),
+            add("b"),
+            block(2, "a", sampled=3, accepted=2),
+            block(2, "b", sampled=2, accepted=1),
+            stats(2, 2, 8, 9, [2, 1, 0, 0]),
+            block(3, "a", sampled=2, accepted=1),
+            stats(3, 1, 3, 1, [1, 0, 0, 0]),
+        ],
+    )
+
+
+def test_first_divergence_stops_and_keep_going_reports_more(tmp_path: Path) -> None:
+    path = _two_divergences(tmp_path)
+    first = CliRunner().invoke(replay, [str(path)])
+    assert first.exit_code == 1
+    assert first.stdout.startswith(f"{path}:6:1: divergence (step_stats): num_accepted_tokens")
+    assert "DIVERGE (1 shown)" in first.stdout
+    both = CliRunner().invoke(replay, [str(path), "--keep-going", "5"])
+    assert both.exit_code == 1
+    assert f"{path}:8:1: divergence (step_stats): num_draft_tokens" in both.stdout
+    assert "DIVERGE (2 shown)" in both.stdout
+    assert "agreement 60.00% (3 of 5 checks)" in both.stdout
+
+
+def test_divergence_report_shows_counters_and_state(tmp_path: Path) -> None:
+    result = replay_file(str(_two_divergences(tmp_path)), progress=False)
+    d = result.divergences[0]
+    assert (d.line, d.kind, d.step) == (6, "step_stats", 2)
+    assert ("num_accepted_tokens", 3, 9) in d.rows
+    text = d.render()
+    assert "num_accepted_tokens          3             9   <-- differs" in text
+    assert "line 4: 'a' -> 1/4/2; unstructured, active; no open block" in text
+
+
+def _prometheus(values: dict[str, float], per_pos: list[int], engine: str = "0") -> str:
+    registry = CollectorRegistry()
+    labels = {"model_name": "m", "engine": engine}
+    for name, value in values.items():
+        c = Counter(f"vllm:spec_decode_{name}", name, list(labels), registry=registry)
+        c.labels(**labels).inc(value)
+    pos = Counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "per pos",
+        [*labels, "position"],
+        registry=registry,
+    )
+    for i, v in enumerate(per_pos):
+        pos.labels(**labels, position=str(i)).inc(v)
+    return generate_latest(registry).decode()
+
+
+def test_metrics_scrape_is_compared(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        [
+            header(scheduling="sync", adaptive_verification=False),
+            add("a"),
+            block(2, "a", sampled=3, accepted=2),
+            stats(2, 1, 4, 2, [1, 1, 0, 0]),
+        ],
+    )
+    good = tmp_path / "good.prom"
+    good.write_text(
+        _prometheus(
+            {"num_drafts": 1, "num_draft_tokens": 4, "num_accepted_tokens": 2}, [1, 1, 0, 0]
+        )
+    )
+    assert CliRunner().invoke(replay, [str(path), "--metrics", str(good)]).exit_code == 0
+    bad = tmp_path / "bad.prom"
+    bad.write_text(
+        _prometheus(
+            {"num_drafts": 2, "num_draft_tokens": 4, "num_accepted_tokens": 2}, [1, 1, 0, 0]
+        )
+    )
+    result = CliRunner().invoke(replay, [str(path), "--metrics", str(bad)])
+    assert result.exit_code == 1
+    assert result.stdout.startswith(f"{bad}:")
+    assert "divergence (metrics): the final Prometheus scrape" in result.stdout
+    assert "num_drafts                   1             2   <-- differs" in result.stdout
+
+
+def test_check_invariants_flag(tmp_path: Path) -> None:
+    path = TRACES / "agree" / "async_stale_counted.ndjson"
+    assert CliRunner().invoke(replay, [str(path), "--check-invariants"]).exit_code == 0
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal() -> None:
+    result = CliRunner().invoke(replay, [str(EXAMPLE)])
+    assert result.exit_code == 0
+    assert result.stderr == ""
+
+
+def test_open_blocks_are_reported(tmp_path: Path) -> None:
+    path = TRACES / "diverge" / "stale_without_preempt.ndjson"
+    result = replay_file(str(path), progress=False)
+    assert result.summary["open_blocks"] == ["request 'a' block@3 after VERIFY"]
+
+
+def test_help_documents_exit_codes() -> None:
+    text = CliRunner().invoke(replay, ["--help"]).output
+    assert "0 every log agrees" in text and "1 a divergence" in text and "2 bad input" in text
