@@ -212,6 +212,7 @@ class _RecorderState:
             "structured_outputs_backend": self._so_backend(),
             "adaptive_verification": bool(getattr(spec, "enable_adaptive_verification", False)),
             "drop_stale_output": bool(getattr(sched, "requires_kv_delivery", False)),
+            "engine_index": int(getattr(vc.parallel_config, "data_parallel_index", 0) or 0),
             "config": config,
         }
 

