@@ -298,8 +298,9 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
         if old is None or new is None:
             continue
         if new[0] < old[0]:
+            if not decreased:
+                line = new[1]
             decreased.append(f"{name} {old[0]:g} → {new[0]:g}")
-            line = new[1]
     if decreased:
         if restarted:
             findings.append(
