@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spectally.spec.vectors import load
+from spectally.spec.vectors import load, rules_pinned
 
 SPEC_PATH = Path(__file__).with_name("SPEC.md")
 BEGIN = "<!-- BEGIN GENERATED: scenarios -->"
@@ -80,7 +80,20 @@ def render_table(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     lines.extend(_row(i, vec) for i, vec in enumerate(doc["vectors"], start=1))
+    lines += ["", "Rule index (rule: the vectors that pin it):", ""]
+    for rule, names in sorted(rules_pinned(doc).items(), key=lambda kv: _rule_key(kv[0])):
+        lines.append(f"- **{rule}**: " + ", ".join(f"`{n}`" for n in names))
     return "\n".join(lines)
+
+
+def _rule_key(rule: str) -> tuple[int, str, int]:
+    """Order rule IDs as the document does: section prefix first, then number."""
+    order = ["PIPE", "CAP", "F", "A", "R", "E", "ATTR", "INV", "THM", "M-BOUNDS", "MERGE", "M"]
+    order += ["REP", "DP", "L", "LX", "DEC"]
+    prefix = rule if rule in order else rule.rstrip("0123456789").rstrip("-")
+    digits = rule[len(rule.rstrip("0123456789")) :]
+    rank = order.index(prefix) if prefix in order else len(order)
+    return rank, prefix if prefix in order else rule, int(digits) if digits else 0
 
 
 def render_spec(spec_text: str, doc: dict[str, Any]) -> str:

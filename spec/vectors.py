@@ -571,6 +571,7 @@ PROMETHEUS_COUNTERS: dict[str, Callable[[Counters], int]] = {
     "vllm:spec_decode_num_padding_slots_total": lambda c: c.rfc.padding,
     "vllm:spec_decode_num_discarded_steps_total": lambda c: c.rfc.discarded_steps,
     "vllm:spec_decode_num_discarded_draft_tokens_total": lambda c: c.rfc.discarded_drafted,
+    "vllm:spec_decode_num_discarded_verified_tokens_total": lambda c: c.rfc.discarded_verified,
 }
 """Proposed scalar counters (label ``engine`` omitted here; SPEC.md REP-1)."""
 
