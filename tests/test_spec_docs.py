@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from spectally.reference import invariants, machine
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs, admissibility
@@ -43,7 +44,7 @@ def test_reference_invariants_are_specified_with_their_names_and_proofs() -> Non
 def test_proved_by_names_follow_the_convention() -> None:
     names = set(re.findall(r"`((?:step|trace|theorem|metrics|merge|legacy):[^`]+)`", SPEC))
     pattern = re.compile(
-        r"^(?:(?:step|trace):INV-\d+|theorem:sync-async|metrics:bounds|merge:monoid"
+        r"^(?:(?:step|trace):INV-\d+|step:discarded|theorem:sync-async|metrics:bounds|merge:monoid"
         r"|legacy:drafted>=verified|legacy:sync-async-spec-steps)$"
     )
     assert names and all(pattern.match(n) for n in names), sorted(names)
@@ -105,3 +106,17 @@ def test_plain_rule_references_point_to_defined_rules() -> None:
     body = SPEC[: SPEC.index("<!-- BEGIN GENERATED")]
     cited = set(re.findall(r"\b((?:INV|THM|REP|ATTR|PIPE|CAP|LX|DP)-\d+|[ARELMF]\d+)\b", body))
     assert cited <= defined, sorted(cited - defined)
+
+
+# Named in SPEC.md but not yet in the proofs registry; remove once `spectally prove` has it.
+PENDING_PROOFS = {"trace:INV-10"}
+
+
+def test_proved_by_names_exist_in_the_proofs_registry() -> None:
+    pytest.importorskip("z3")
+    from spectally.proofs.properties import all_properties
+
+    registry = {p.name for p in all_properties()}
+    named = set(re.findall(r"`((?:step|trace|theorem|metrics|merge|legacy):[^`]+)`", SPEC))
+    missing = named - registry
+    assert missing <= PENDING_PROOFS, f"SPEC.md names unknown proofs: {sorted(missing)}"
