@@ -121,6 +121,52 @@ def _step_inv(name: str, mode: Mode) -> Callable[[], list[Obligation]]:
     return build
 
 
+def _step_discarded(mode: Mode) -> Callable[[], list[Obligation]]:
+    """A block counts only when applied: a discarded block adds to the discarded_* counters
+    and to nothing else; an applied block adds nothing to them."""
+
+    def build() -> list[Obligation]:
+        tag = fresh_tag(f"step.discarded.{mode.value}")
+        ctx = Context.fresh(tag)
+        x = md.sym_inputs(f"{tag}.x")
+        c = st.rfc_step(mode, x, AR)
+        p = st.pipeline(mode, x, AR)
+        counted = [c.drafted, c.verified, c.accepted, c.spec_steps, c.padding]
+        counted += list(c.fates.as_dict().values())
+        discarded = [
+            ("adds nothing to any applied counter or fate", z3.And(*(v == 0 for v in counted))),
+            ("discarded drafted == proposed", c.discarded_drafted == x.proposed),
+            ("discarded verified == what reached the target", c.discarded_verified == p.verified),
+            (
+                "one discarded step when it had drafts",
+                c.discarded_steps == z3.If(x.proposed > 0, 1, 0),
+            ),
+        ]
+        applied = [
+            (
+                "an applied block adds nothing to discarded_*",
+                z3.And(c.discarded_steps == 0, c.discarded_drafted == 0, c.discarded_verified == 0),
+            )
+        ]
+        hyps = (*ctx.facts(), md.admissible(mode, x, ctx))
+        return [
+            Obligation(
+                "a discarded block (applied = false) counts only as discarded",
+                (*hyps, z3.Not(x.applied)),
+                z3.And(*(cond for _, cond in discarded)),
+                Shown(inputs={"block": (mode, x)}, terms=_conjunct_terms(discarded)),
+            ),
+            Obligation(
+                "an applied block is not discarded",
+                (*hyps, x.applied),
+                z3.And(*(cond for _, cond in applied)),
+                Shown(inputs={"block": (mode, x)}, terms=_conjunct_terms(applied)),
+            ),
+        ]
+
+    return build
+
+
 # -- trace:INV-n ------------------------------------------------------------------------------
 
 
@@ -146,7 +192,13 @@ def _trace_inv(name: str, mode: Mode) -> Callable[[], list[Obligation]]:
         out.append(
             Obligation(
                 f"{name} consecution: Inv(s) and admissible(x) -> {name}(fold(s, x))",
-                (*base, md.admissible(mode, x, ctx), md.all_invariants(s, ctx), *after.sum_facts),
+                (
+                    *base,
+                    md.admissible(mode, x, ctx),
+                    md.all_invariants(s, ctx),
+                    # the INV-5 lemma at n = k (proved below); only INV-5 needs it
+                    *(after.sum_facts if name == "INV-5" else ()),
+                ),
                 z3.And(*(c for _, c in conj)),
                 Shown(
                     inputs={"block": (mode, x)},
@@ -511,6 +563,8 @@ def all_properties() -> list[Property]:
                     _step_inv(name, mode),
                 )
             )
+    for mode in MODES:
+        props.append(Property("step:discarded", "rfc", mode.value, "proved", _step_discarded(mode)))
     for name in md.INVARIANTS:
         for mode in MODES:
             props.append(

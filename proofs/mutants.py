@@ -1,0 +1,309 @@
+"""Non-vacuity: deliberately broken variants of the reference that the proofs must catch.
+
+A mutant replaces one or more reference functions *in place* for the duration of a ``with``
+block (`patched`), in every ``spectally.*`` module that bound the original object (``step``
+and ``counters`` both hold ``position_increment``, ``machine`` holds ``rfc_step``, ...).
+Reference functions call each other by global name, so ``rfc_step`` picks up a patched
+``pipeline``: exactly what a real edit of ``step.py`` would do. No reference file is edited.
+
+`catch(mutant)` runs the whole property suite under the mutant and returns the properties that
+are no longer as expected; every mutant must be caught by at least one.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from spectally.reference import counters as ct
+from spectally.reference import step as st
+from spectally.reference.arith import Arith
+from spectally.reference.step import Mode, StepInputs
+
+from .properties import all_properties
+from .runner import PropertyResult, run_property
+
+Factory = Callable[[Any], Callable[..., Any]]  # original function -> replacement
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str  # the deliberate bug, in words
+    patches: tuple[tuple[Any, str, Factory], ...]  # (module, attribute, factory)
+
+
+@contextmanager
+def patched(mutant: Mutant) -> Iterator[None]:
+    """Swap the mutant's functions into every spectally module holding the originals."""
+    undo: list[tuple[Any, str, Any]] = []
+    try:
+        for module, attr, factory in mutant.patches:
+            original = getattr(module, attr)
+            replacement = factory(original)
+            for mod in list(sys.modules.values()):
+                name = getattr(mod, "__name__", "") or ""
+                if not name.startswith("spectally."):
+                    continue
+                if getattr(mod, attr, None) is original:
+                    undo.append((mod, attr, original))
+                    setattr(mod, attr, replacement)
+        yield
+    finally:
+        for mod, attr, original in reversed(undo):
+            setattr(mod, attr, original)
+
+
+# -- the broken variants ----------------------------------------------------------------------
+
+
+def _sync_verifies_grammar_invalid(orig: Any) -> Callable[..., Any]:
+    """pipeline: sync sends grammar-invalid drafts to the target as if verified."""
+
+    def pipeline(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        p = orig(mode, x, ar)
+        if mode is Mode.SYNC:
+            return replace(p, verified=ar.min(ar.min(x.proposed, x.schedule_cap), x.av_cap))
+        return p
+
+    return pipeline
+
+
+def _async_eligible_uncapped(orig: Any) -> Callable[..., Any]:
+    """pipeline: async eligible is every verified draft, grammar-invalid ones included."""
+
+    def pipeline(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        p = orig(mode, x, ar)
+        return replace(p, eligible=p.verified) if mode is Mode.ASYNC else p
+
+    return pipeline
+
+
+def _drafted_minus_grammar_invalid(orig: Any) -> Callable[..., Any]:
+    """rfc_step: drafted subtracts grammar-invalid drafts (vLLM 0.32's async rule)."""
+
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        c = orig(mode, x, ar)
+        valid = ar.ite(x.structured, ar.min(x.grammar_valid, x.proposed), x.proposed)
+        invalid = ar.ite(x.applied, ar.sub(x.proposed, valid), ar.lit(0))
+        return replace(c, drafted=ar.sub(c.drafted, invalid))
+
+    return rfc_step
+
+
+def _count_discarded_spec_step(orig: Any) -> Callable[..., Any]:
+    """rfc_step: a discarded in-flight block still counts a spec step."""
+
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        c = orig(mode, x, ar)
+        step = ar.ite(ar.lt(ar.lit(0), x.proposed), ar.lit(1), ar.lit(0))
+        return replace(c, spec_steps=step)
+
+    return rfc_step
+
+
+def _count_discarded_block(orig: Any) -> Callable[..., Any]:
+    """rfc_step: a discarded in-flight block is counted as if applied."""
+
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        return orig(mode, replace(x, applied=ar.truth(True)), ar)
+
+    return rfc_step
+
+
+def _spec_step_without_drafts(orig: Any) -> Callable[..., Any]:
+    """rfc_step: an applied block with zero drafts counts a spec step."""
+
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        c = orig(mode, x, ar)
+        return replace(c, spec_steps=ar.ite(x.applied, ar.lit(1), ar.lit(0)))
+
+    return rfc_step
+
+
+def _position_increment_le(orig: Any) -> Callable[..., Any]:
+    """position_increment: off by one (``position <= length``)."""
+
+    def position_increment(length: Any, position: Any, ar: Arith[Any, Any]) -> Any:
+        return ar.ite(ar.le(position, length), ar.lit(1), ar.lit(0))
+
+    return position_increment
+
+
+def _position_accepted_from_verified(orig: Any) -> Callable[..., Any]:
+    """position_add_step: the accepted vector is advanced by the verified length."""
+
+    def position_add_step(
+        pc: Any, position: Any, mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]
+    ) -> Any:
+        new = orig(pc, position, mode, x, ar)
+        verified = st.rfc_step(mode, x, ar).verified
+        return replace(
+            new, accepted=ar.add(pc.accepted, st.position_increment(verified, position, ar))
+        )
+
+    return position_add_step
+
+
+def _no_accepted_bound(orig: Any) -> Callable[..., Any]:
+    """admissibility: forgets that accepted <= eligible drafts."""
+
+    def admissibility(
+        mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], k: Any = None
+    ) -> list[tuple[str, Any]]:
+        return [(r, c) for r, c in orig(mode, x, ar, k) if "eligible" not in r]
+
+    return admissibility
+
+
+def _av_skipped_from_eligible(orig: Any) -> Callable[..., Any]:
+    """fates: async av_skipped measured against eligible instead of verified."""
+
+    def fates(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        f = orig(mode, x, ar)
+        if mode is Mode.SYNC:
+            return f
+        p = st.pipeline(mode, x, ar)
+        return replace(f, av_skipped=ar.sub(p.scheduled_drafts, p.eligible))
+
+    return fates
+
+
+def _merge_drops_padding(orig: Any) -> Callable[..., Any]:
+    """rfc_merge: keeps the left padding and drops the right one."""
+
+    def rfc_merge(a: Any, b: Any, ar: Arith[Any, Any]) -> Any:
+        return replace(orig(a, b, ar), padding=a.padding)
+
+    return rfc_merge
+
+
+def _legacy_no_invalid(orig: Any) -> Callable[..., Any]:
+    """legacy_scheduled_invalid: vLLM 0.32 would not subtract async grammar-invalid drafts."""
+
+    def legacy_scheduled_invalid(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        return ar.lit(0)
+
+    return legacy_scheduled_invalid
+
+
+def _legacy_counts_empty_steps(orig: Any) -> Callable[..., Any]:
+    """legacy_step: counts a step even when no slot was scheduled (sync all-rejected too)."""
+
+    def legacy_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+        c = orig(mode, x, ar)
+        reported = ar.both(x.legacy_reported, ar.lt(ar.lit(0), x.proposed))
+        return replace(c, num_drafts=ar.ite(reported, ar.lit(1), ar.lit(0)))
+
+    return legacy_step
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "sync-verifies-grammar-invalid",
+        "sync counts grammar-invalid drafts as verified",
+        ((st, "pipeline", _sync_verifies_grammar_invalid),),
+    ),
+    Mutant(
+        "drafted-minus-grammar-invalid",
+        "drafted subtracts grammar-invalid drafts",
+        ((st, "rfc_step", _drafted_minus_grammar_invalid),),
+    ),
+    Mutant(
+        "position-increment-le",
+        "per-position counts off by one (position_increment uses <=)",
+        ((st, "position_increment", _position_increment_le),),
+    ),
+    Mutant(
+        "count-discarded-spec-step",
+        "a discarded in-flight block still counts a spec step",
+        ((st, "rfc_step", _count_discarded_spec_step),),
+    ),
+    Mutant(
+        "count-discarded-block",
+        "a discarded in-flight block is counted as applied",
+        ((st, "rfc_step", _count_discarded_block),),
+    ),
+    Mutant(
+        "async-eligible-uncapped",
+        "async eligible not capped by the grammar",
+        ((st, "pipeline", _async_eligible_uncapped),),
+    ),
+    Mutant(
+        "spec-step-without-drafts",
+        "a spec step is counted with zero drafts",
+        ((st, "rfc_step", _spec_step_without_drafts),),
+    ),
+    Mutant(
+        "position-accepted-from-verified",
+        "the accepted per-position vector advances by the verified length",
+        ((ct, "position_add_step", _position_accepted_from_verified),),
+    ),
+    Mutant(
+        "no-accepted-bound",
+        "admissibility forgets accepted <= eligible",
+        ((st, "admissibility", _no_accepted_bound),),
+    ),
+    Mutant(
+        "av-skipped-from-eligible",
+        "async av_skipped fate measured against eligible, not verified",
+        ((st, "fates", _av_skipped_from_eligible),),
+    ),
+    Mutant(
+        "merge-drops-padding",
+        "rfc_merge drops the right operand's padding",
+        ((ct, "rfc_merge", _merge_drops_padding),),
+    ),
+    Mutant(
+        "legacy-no-invalid-subtraction",
+        "legacy profile does not subtract async grammar-invalid drafts",
+        ((st, "legacy_scheduled_invalid", _legacy_no_invalid),),
+    ),
+    Mutant(
+        "legacy-counts-empty-steps",
+        "legacy profile counts a step with no scheduled slot",
+        ((st, "legacy_step", _legacy_counts_empty_steps),),
+    ),
+)
+
+
+def decisive(r: PropertyResult) -> bool:
+    """The solver settled the property, the other way than expected (not a mere unknown):
+    an expected-proved property refuted, or an expected-refuted one proved."""
+    return r.verdict in ("proved", "refuted") and r.verdict != r.expected
+
+
+def catch(
+    mutant: Mutant, timeout_ms: int = 5_000, stop_at_first: bool = False
+) -> list[PropertyResult]:
+    """Run the property suite under ``mutant``; return the properties that catch it (settled
+    the other way than expected). With ``stop_at_first``, stop at the first one."""
+    caught: list[PropertyResult] = []
+    with patched(mutant):
+        for prop in all_properties():
+            result = run_property(prop, timeout_ms)
+            if decisive(result):
+                caught.append(result)
+                if stop_at_first:
+                    break
+    return caught
+
+
+def catch_table(timeout_ms: int = 5_000) -> dict[str, list[str]]:
+    """mutant name -> ``name (mode)`` of every property that catches it."""
+    return {m.name: [f"{r.name} ({r.mode})" for r in catch(m, timeout_ms)] for m in MUTANTS}
+
+
+def markdown_table(table: dict[str, list[str]]) -> str:
+    bugs = {m.name: m.bug for m in MUTANTS}
+    lines = ["| mutant | deliberate bug | properties that catch it |", "|---|---|---|"]
+    for name, caught in table.items():
+        lines.append(f"| `{name}` | {bugs[name]} | {', '.join(caught) or '**none**'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m spectally.proofs.mutants: the table for docs/proofs.md
+    print(markdown_table(catch_table()))
