@@ -181,6 +181,15 @@ def _merge_drops_padding(orig: Any) -> Callable[..., Any]:
     return rfc_merge
 
 
+def _fold_overwrites_padding(orig: Any) -> Callable[..., Any]:
+    """rfc_add_step: the block's padding replaces the running total instead of adding to it."""
+
+    def rfc_add_step(t: Any, c: Any, ar: Arith[Any, Any]) -> Any:
+        return replace(orig(t, c, ar), padding=c.padding)
+
+    return rfc_add_step
+
+
 def _legacy_no_invalid(orig: Any) -> Callable[..., Any]:
     """legacy_scheduled_invalid: vLLM 0.32 would not subtract async grammar-invalid drafts."""
 
@@ -256,6 +265,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "merge-drops-padding",
         "rfc_merge drops the right operand's padding",
         ((ct, "rfc_merge", _merge_drops_padding),),
+    ),
+    Mutant(
+        "fold-overwrites-padding",
+        "rfc_add_step overwrites the padding total with the block's padding",
+        ((ct, "rfc_add_step", _fold_overwrites_padding),),
     ),
     Mutant(
         "legacy-no-invalid-subtraction",

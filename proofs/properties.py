@@ -4,15 +4,18 @@ Names (SPEC.md's "proved by" column uses them verbatim):
 
 - ``step:INV-n`` (n = 1..8): the state after one admissible block, for symbolic k and every
   admissible stage input, satisfies INV-n.
+- ``step:discarded``: a discarded block counts only in discarded_*, an applied one never there.
 - ``trace:INV-n`` (n = 1..9): INV-n holds after any trace of blocks of any number of requests,
   by induction: initiation (zero state), consecution (Inv ∧ admissible(x) -> INV-n after
   ``fold``) and closure under merge (sharded / per-request states combined). Inv is the
-  conjunction INV-1..8. INV-9: every fold adds non-negative amounts.
+  conjunction INV-1..8. INV-9: every fold adds non-negative amounts. INV-10: the engine
+  totals stay the merge of the per-request counters.
 - ``theorem:sync-async``: the same stage inputs give equal drafted, accepted and spec_steps in
   both modes, verified differing by exactly the async grammar-invalid-verified drafts
   (also when the grammar rejects every draft, and along traces); admissibility is one set.
 - ``metrics:bounds``: ``metrics.metric_bounds`` and per-position rates from Inv.
-- ``merge:monoid``: rfc/legacy/position merges are associative, commutative, zero identity.
+- ``merge:monoid``: rfc/legacy/position merges are associative, commutative, zero identity,
+  and each fold is a merge with the block's own counts.
 - ``legacy:drafted>=verified`` / ``legacy:sync-async-spec-steps``: vLLM <= 0.32's counting,
   expected to be *refuted* (except drafted >= verified in sync, which holds).
 
@@ -253,6 +256,56 @@ def _trace_monotone(mode: Mode) -> Callable[[], list[Obligation]]:
     return build
 
 
+def _totals_are_sums(mode: Mode) -> Callable[[], list[Obligation]]:
+    """INV-10: the engine totals are the merge of the per-request counters. The machine folds
+    every closed block into the engine totals and into its request's counters; with
+    T == merge(R, rest) before, folding x into T and into R keeps T == merge(R, rest)."""
+
+    def build() -> list[Obligation]:
+        tag = fresh_tag(f"trace.INV-10.{mode.value}")
+        ctx = Context.fresh(tag)
+        x = md.sym_inputs(f"{tag}.x")
+        t, r, rest = State.fresh(f"{tag}.T"), State.fresh(f"{tag}.R"), State.fresh(f"{tag}.rest")
+
+        def equal(a: State, b: State) -> list[tuple[str, Cond]]:
+            bt = b.terms()
+            return [
+                (f"{name} equal", term == bt[name])
+                for name, term in a.terms().items()
+                if not name.startswith("sum(")  # a proof device, not a counter
+            ]
+
+        before = equal(t, md.merge(r, rest))
+        after = equal(
+            md.fold(t, mode, x, ctx, f"{tag}.t").state,
+            md.merge(md.fold(r, mode, x, ctx, f"{tag}.r").state, rest),
+        )
+        zero = State.zero()
+        return [
+            Obligation(
+                "INV-10 initiation: no request, and a new request's zero counters, change nothing",
+                tuple(ctx.facts()),
+                z3.And(
+                    *(c for _, c in equal(zero, md.merge(zero, zero))),
+                    *(c for _, c in equal(t, md.merge(t, zero))),
+                ),
+                Shown(states={"T": t}),
+            ),
+            Obligation(
+                "INV-10 consecution: T == merge(R, rest) -> fold(T, x) == merge(fold(R, x), rest)",
+                (*ctx.facts(), md.admissible(mode, x, ctx), *(c for _, c in before)),
+                z3.And(*(c for _, c in after)),
+                Shown(
+                    inputs={"block": (mode, x)},
+                    states={"T": t, "R": r, "rest": rest},
+                    terms=_conjunct_terms(after),
+                ),
+            ),
+        ]
+
+    return build
+
+
 # -- theorem:sync-async -----------------------------------------------------------------------
 
 
@@ -431,6 +484,55 @@ def _merge_laws() -> list[Obligation]:
         ]
         for law, cond in laws:
             out.append(Obligation(f"{label}_merge {law}", (), cond, Shown()))
+    out += _fold_is_merge(tag)
+    return out
+
+
+def _fold_is_merge(tag: str) -> list[Obligation]:
+    """Folding a block is merging its own counts: add_step(t, x) == merge(t, add_step(0, x)).
+    With associativity and commutativity, folding a trace equals merging the folds of any split
+    of its blocks (induction on the trace)."""
+    out: list[Obligation] = []
+    for mode in MODES:
+        x = md.sym_inputs(f"{tag}.{mode.value}.x")
+        p = z3.Int(f"{tag}.{mode.value}.position")
+        rfc = RfcTotals(*(z3.Int(f"{tag}.{mode.value}.t.{f.name}") for f in fields(RfcTotals)))
+        lg = LegacyTotals(*(z3.Int(f"{tag}.{mode.value}.l.{f.name}") for f in fields(LegacyTotals)))
+        pc = PositionCounts(
+            *(z3.Int(f"{tag}.{mode.value}.p.{f.name}") for f in fields(PositionCounts))
+        )
+        c, lc = st.rfc_step(mode, x, AR), st.legacy_step(mode, x, AR)
+        pairs = [
+            (
+                "rfc_add_step",
+                ct.rfc_add_step(rfc, c, AR),
+                ct.rfc_merge(rfc, ct.rfc_add_step(ct.rfc_zero(AR), c, AR), AR),
+            ),
+            (
+                "legacy_add_step",
+                ct.legacy_add_step(lg, lc, AR),
+                ct.legacy_merge(lg, ct.legacy_add_step(ct.legacy_zero(AR), lc, AR), AR),
+            ),
+            (
+                "position_add_step",
+                ct.position_add_step(pc, p, mode, x, AR),
+                ct.position_merge(
+                    pc, ct.position_add_step(ct.position_zero(AR), p, mode, x, AR), AR
+                ),
+            ),
+        ]
+        for name, folded, merged in pairs:
+            cond = z3.And(
+                *(getattr(folded, f.name) == getattr(merged, f.name) for f in fields(folded))
+            )
+            out.append(
+                Obligation(
+                    f"{name} ({mode.value}) is merge with the block's own counts",
+                    (p >= 0,),
+                    cond,
+                    Shown(inputs={"block": (mode, x)}),
+                )
+            )
     return out
 
 
@@ -577,7 +679,9 @@ def all_properties() -> list[Property]:
                 )
             )
     for mode in MODES:
-        props.append(Property("trace:INV-9", "rfc", mode.value, "proved", _trace_monotone(mode)))
+        props.append(Property("trace:INV-9", "all", mode.value, "proved", _trace_monotone(mode)))
+    for mode in MODES:
+        props.append(Property("trace:INV-10", "all", mode.value, "proved", _totals_are_sums(mode)))
     props += [
         Property("theorem:sync-async", "rfc", "both", "proved", _sync_async),
         Property("metrics:bounds", "rfc", "both", "proved", _metrics),
