@@ -26,6 +26,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from spectally.reference.arith import INT_ARITH
@@ -165,27 +166,74 @@ class Shift:
     steps_without_slots: int = 0  # applied, drafts proposed, none scheduled: rfc step only
     padding_only_steps: int = 0  # only placeholders scheduled: legacy step only
 
-    def add(self, mode: Mode, x: StepInputs[int, bool], lg: LegacyStepCounts[int]) -> None:
-        p = pipeline(mode, x, INT_ARITH)
-        if x.applied:
-            if mode is Mode.SYNC:
-                self.grammar_invalid += x.proposed - p.after_grammar_sync
-                self.truncated += p.after_grammar_sync - p.scheduled_drafts
-            else:
-                if x.structured:
-                    d = p.scheduled_drafts
-                    self.grammar_invalid += d - min(d, x.grammar_valid)
-                self.truncated += x.proposed - p.scheduled_drafts
-            if not (mode is Mode.ASYNC and x.structured):
-                self.padding += p.scheduled_slots - p.scheduled_drafts
-            if x.proposed > 0 and p.scheduled_slots == 0:
-                self.steps_without_slots += 1
-            if x.proposed == 0 and p.scheduled_slots > 0:
-                self.padding_only_steps += 1
-        elif x.legacy_reported:
-            self.stale_drafted += lg.num_draft_tokens
-            self.stale_accepted += lg.num_accepted_tokens
-            self.stale_steps += lg.num_drafts
+    def add(self, terms: tuple[int, ...]) -> None:
+        for name, value in zip(SHIFT_TERMS, terms, strict=True):
+            if value:
+                setattr(self, name, getattr(self, name) + value)
+
+
+SHIFT_TERMS = (
+    "grammar_invalid",
+    "truncated",
+    "padding",
+    "stale_drafted",
+    "stale_accepted",
+    "stale_steps",
+    "steps_without_slots",
+    "padding_only_steps",
+)
+
+
+def shift_terms(mode: Mode, x: StepInputs[int, bool], lg: LegacyStepCounts[int]) -> tuple[int, ...]:
+    """What one block adds to each `Shift` term (see `SHIFT_TERMS`)."""
+    p = pipeline(mode, x, INT_ARITH)
+    if x.applied:
+        if mode is Mode.SYNC:
+            grammar = x.proposed - p.after_grammar_sync
+            truncated = p.after_grammar_sync - p.scheduled_drafts
+        else:
+            d = p.scheduled_drafts
+            grammar = d - min(d, x.grammar_valid) if x.structured else 0
+            truncated = x.proposed - p.scheduled_drafts
+        # async + structured: vLLM counts padding as invalid, so legacy never drafted it
+        padding = (
+            0 if (mode is Mode.ASYNC and x.structured) else (p.scheduled_slots - p.scheduled_drafts)
+        )
+        return (
+            grammar,
+            truncated,
+            padding,
+            0,
+            0,
+            0,
+            int(x.proposed > 0 and p.scheduled_slots == 0),
+            int(x.proposed == 0 and p.scheduled_slots > 0),
+        )
+    if x.legacy_reported:
+        return (0, 0, 0, lg.num_draft_tokens, lg.num_accepted_tokens, lg.num_drafts, 0, 0)
+    return (0,) * len(SHIFT_TERMS)
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    """What the reference says of one closed block: the engine-visible numbers to check, its
+    vllm-legacy counts and its shift terms. A pure function of (mode, inputs), so cached."""
+
+    scheduled_slots: int
+    invalid: int
+    legacy: LegacyStepCounts[int]
+    shift: tuple[int, ...]
+
+
+@lru_cache(maxsize=1 << 16)
+def block_profile(mode: Mode, x: StepInputs[int, bool]) -> BlockProfile:
+    lg = legacy_step(mode, x, INT_ARITH)
+    return BlockProfile(
+        scheduled_slots=pipeline(mode, x, INT_ARITH).scheduled_slots,
+        invalid=legacy_scheduled_invalid(mode, x, INT_ARITH),
+        legacy=lg,
+        shift=shift_terms(mode, x, lg),
+    )
 
 
 @dataclass
@@ -470,19 +518,25 @@ class Replayer:
                 held = self.held.get(rid)
                 if held is not None and held.record["event"] == "preempt":
                     self._release(rid)
-        x_pipe = pipeline(mode, inputs, INT_ARITH)
+        prof = block_profile(mode, inputs)
         if plan.in_forward_pass:
-            exp_invalid = legacy_scheduled_invalid(mode, inputs, INT_ARITH)
+            exp_invalid = prof.invalid
             act_invalid = rec["invalid"] or 0
         else:
             exp_invalid = act_invalid = rec["invalid"] or 0
-        rows = [
-            ("scheduled", x_pipe.scheduled_slots, rec["scheduled"]),
-            ("invalid", exp_invalid, act_invalid),
-            ("accepted", expected_accepted, accepted),
-            ("outcome", actual_outcome, outcome),
-        ]
-        if any(e != a for _, e, a in rows):
+        scheduled = rec["scheduled"]
+        if (
+            prof.scheduled_slots != scheduled
+            or exp_invalid != act_invalid
+            or expected_accepted != accepted
+            or actual_outcome != outcome
+        ):
+            rows = [
+                ("scheduled", prof.scheduled_slots, scheduled),
+                ("invalid", exp_invalid, act_invalid),
+                ("accepted", expected_accepted, accepted),
+                ("outcome", actual_outcome, outcome),
+            ]
             bad = next(n for n, e, a in rows if e != a)
             reason = {
                 "scheduled": "scheduled slots differ from the reference's schedule of this block",
@@ -495,7 +549,7 @@ class Replayer:
                 line, _col(rec, bad), "request_step", step, reason, rec, rows, self._state(rid)
             )
             return
-        lg = legacy_step(mode, inputs, INT_ARITH)
+        lg = prof.legacy
         self.account.add(line, rid, lg)
         if lg.num_drafts:
             self.legacy_sum[0] += lg.num_drafts
@@ -503,8 +557,7 @@ class Replayer:
             self.legacy_sum[2] += lg.num_accepted_tokens
             for i in range(lg.num_accepted_tokens):
                 self.legacy_pos[i] += 1
-        if inputs.applied or inputs.legacy_reported:
-            self.shift.add(mode, inputs, lg)
+        self.shift.add(prof.shift)
 
     def _step_stats(self, line: int, rec: Record) -> None:
         account = self.account
