@@ -1,0 +1,146 @@
+"""`spectally step`: one request-step on the command line (click's CliRunner, plus one real
+subprocess call of the installed entry point)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from spectally.cli import main
+from spectally.reference.machine import step_counts
+from spectally.reference.step import StepQuery, token_fates
+from strategies import step_queries
+
+RFC_ROW = [
+    "step",
+    "--mode",
+    "async",
+    "--proposed",
+    "4",
+    "--grammar-valid",
+    "2",
+    "--av-verify",
+    "3",
+    "--accepted",
+    "1",
+]
+
+
+def invoke(args: list[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, args)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_rfc_row_json() -> None:
+    code, out, _ = invoke([*RFC_ROW, "--json"])
+    assert code == 0
+    data = json.loads(out)
+    rfc = data["rfc"]
+    assert (rfc["drafted"], rfc["verified"], rfc["accepted"], rfc["spec_steps"]) == (4, 3, 1, 1)
+    assert data["vllm-legacy"] == {"drafted": 2, "accepted": 1, "spec_steps": 1}
+    assert data["token_fates"] == [
+        "accepted",
+        "rejected",
+        "grammar_invalid_verified",
+        "av_skipped",
+    ]
+    assert rfc["fates"]["grammar_invalid_verified"] == 1
+
+
+def test_rfc_row_human_output_lists_each_fate() -> None:
+    code, out, _ = invoke(RFC_ROW)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "mode async: 4 drafted"
+    assert lines[1:5] == [
+        "  draft 0: accepted",
+        "  draft 1: rejected",
+        "  draft 2: grammar_invalid_verified",
+        "  draft 3: av_skipped",
+    ]
+    assert "drafted 4  verified 3  accepted 1  spec_steps 1" in lines[5]
+    assert lines[5].startswith("rfc")
+    assert lines[6].startswith("vllm-legacy") and "drafted 2  accepted 1" in lines[6]
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--mode", "async", "--proposed", "4", "--accepted", "5"], "accepted cannot exceed"),
+        (["--mode", "sync", "--proposed", "-1", "--accepted", "0"], "proposed must be >= 0"),
+        (
+            ["--mode", "sync", "--proposed", "2", "--grammar-valid", "3", "--accepted", "0"],
+            "cannot exceed the proposal",
+        ),
+        (
+            ["--mode", "sync", "--proposed", "2", "--scheduled", "-1", "--accepted", "0"],
+            "schedule cap must be >= 0",
+        ),
+    ],
+)
+def test_inadmissible_input_exits_nonzero_with_one_line(args: list[str], reason: str) -> None:
+    code, out, err = invoke(["step", *args])
+    assert code != 0
+    assert out == ""
+    assert err.count("\n") == 1 and err.endswith("\n")
+    assert err.startswith("spectally step: inadmissible input: ")
+    assert reason in err
+
+
+def test_bad_mode_is_a_usage_error() -> None:
+    code, _, err = invoke(["step", "--mode", "fast", "--proposed", "1", "--accepted", "0"])
+    assert code == 2
+    assert "Invalid value for '--mode'" in err
+
+
+@given(step_queries())
+def test_cli_json_agrees_with_the_reference(q: StepQuery) -> None:
+    """Whatever the flags, the JSON is step_counts + token_fates of the same query.
+    (The CLI has no --padding/--applied flags: those fields are left at their defaults.)"""
+    args = ["step", "--mode", q.mode.value, "--proposed", str(q.proposed)]
+    args += ["--accepted", str(q.accepted), "--json"]
+    for flag, value in [
+        ("--grammar-valid", q.grammar_valid),
+        ("--scheduled", q.scheduled),
+        ("--av-verify", q.av_verify),
+    ]:
+        if value is not None:
+            args += [flag, str(value)]
+    plain = StepQuery(
+        q.mode, q.proposed, q.accepted, q.grammar_valid, q.scheduled, q.av_verify
+    )  # padding 0, applied
+    code, out, err = invoke(args)
+    if plain.violations():
+        assert code != 0 and err.startswith("spectally step: inadmissible input: ")
+        return
+    assert code == 0, err
+    expected = step_counts(q.mode, plain.inputs())
+    expected["token_fates"] = token_fates(q.mode, plain.inputs())
+    assert json.loads(out) == expected
+
+
+def test_real_subprocess() -> None:
+    exe = shutil.which("spectally")
+    cmd = [exe] if exe else [sys.executable, "-m", "spectally"]
+    done = subprocess.run(
+        [*cmd, *RFC_ROW, "--json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert [data["rfc"][n] for n in ("drafted", "verified", "accepted")] == [4, 3, 1]
+    assert data["vllm-legacy"]["drafted"] == 2
+    bad = subprocess.run(
+        [*cmd, "step", "--mode", "sync", "--proposed", "1", "--accepted", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert bad.stdout == ""
+    assert len(bad.stderr.strip().splitlines()) == 1
