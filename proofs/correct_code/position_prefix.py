@@ -1,0 +1,11 @@
+"""Prefix counting: a block of ``length`` drafts credits positions 0..length-1."""
+
+
+def per_position(length: int, k: int) -> list[int]:
+    """What one block of ``length`` drafts adds at positions 0..k-1.
+
+    pre: 1 <= k <= 4
+    pre: 0 <= length <= k
+    post: sum(__return__) == length
+    """
+    return [1 if i < length else 0 for i in range(k)]
