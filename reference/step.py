@@ -297,7 +297,13 @@ def admissible(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], k: N | None = N
 
 
 def token_fates(mode: Mode, x: StepInputs[int, bool]) -> list[str]:
-    """The fate of each proposed draft, position by position (integers only)."""
+    """The fate of each proposed draft, position by position (integers only).
+
+    Contracts (checked by CrossHair, tests/test_crosshair.py):
+    pre: admissible(mode, x, INT_ARITH)
+    post: len(__return__) == x.proposed
+    post: all(__return__.count(n) == v for n, v in fates(mode, x, INT_ARITH).as_dict().items())
+    """
     p = pipeline(mode, x, INT_ARITH)
     cuts: list[tuple[int, str]]
     if _is_sync(mode):
@@ -380,7 +386,12 @@ class StepQuery:
         """Reasons no engine could produce this block; empty when admissible.
 
         Mistyped fields (e.g. a bool or float count) are reported instead of the admissibility
-        conditions, which are only meaningful over ints."""
+        conditions, which are only meaningful over ints.
+
+        Contracts (checked by CrossHair, tests/test_crosshair.py):
+        post: all(isinstance(reason, str) for reason in __return__)
+        post: __return__ or 0 <= self.accepted <= self.proposed
+        """
         errors = self.type_errors()
         if k is not None and not _is_int(k):
             errors.append(f"k must be an int or None, got {k!r}")
