@@ -399,9 +399,16 @@ class EngineMachine(RuleBasedStateMachine):
         if self.engine is None:
             return
         e = self.engine
-        check_invariants(e.totals)
-        for state in e.requests.values():
-            check_invariants(state.counters)
+        assert self.prev_totals is not None
+        if e.totals is not self.prev_totals:  # states are immutable: same object, same state
+            check_invariants(e.totals)
+            check_monotone(self.prev_totals, e.totals)
+        for rid, state in e.requests.items():
+            before = self.prev_requests.get(rid)
+            if state.counters is not before:
+                check_invariants(state.counters)
+                if before is not None:
+                    check_monotone(before, state.counters)
             assert state.counters.k == e.config.k
             if state.status is not RequestStatus.ACTIVE:
                 assert state.blocks == ()
@@ -409,11 +416,8 @@ class EngineMachine(RuleBasedStateMachine):
             if e.config.mode is SYNC:
                 assert len(state.blocks) <= 1
                 assert not any(b.stale for b in state.blocks)
+        assert set(self.prev_requests) <= set(e.requests)  # requests are never forgotten
         check_totals_are_sums(e.totals, [s.counters for s in e.requests.values()])
-        assert self.prev_totals is not None
-        check_monotone(self.prev_totals, e.totals)
-        for rid, before in self.prev_requests.items():
-            check_monotone(before, e.requests[rid].counters)
         self.prev_totals = e.totals
         self.prev_requests = {rid: s.counters for rid, s in e.requests.items()}
 
