@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Generic
 
 from .arith import INT_ARITH, Arith, B, N
+from .errors import InadmissibleStep
 
 
 class Mode(str, enum.Enum):
@@ -400,6 +401,13 @@ class StepQuery:
         return [
             reason for reason, ok in admissibility(self.mode, self.inputs(), INT_ARITH, k) if not ok
         ]
+
+    def checked_inputs(self, k: int | None = None) -> StepInputs[int, bool]:
+        """`inputs`, or `InadmissibleStep` listing every reason no engine could produce them."""
+        reasons = self.violations(k)
+        if reasons:
+            raise InadmissibleStep(reasons)
+        return self.inputs()
 
 
 def _is_int(value: object) -> bool:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from spectally.reference.arith import INT_ARITH, IntArith
+from spectally.reference.errors import InadmissibleStep, SpectallyError
 from spectally.reference.step import (
     FATE_NAMES,
     Mode,
@@ -390,3 +391,14 @@ def test_int_arith_is_exact(a: int, b: int, p: bool, q: bool) -> None:
         not p,
         p,
     )
+
+
+def test_checked_inputs() -> None:
+    assert RFC_ROW.checked_inputs(k=4) == RFC_ROW.inputs()
+    bad = StepQuery(SYNC, proposed=3, accepted=4, padding=2)
+    with pytest.raises(InadmissibleStep) as info:
+        bad.checked_inputs(k=4)
+    assert info.value.reasons == bad.violations(k=4)
+    assert len(info.value.reasons) == 2
+    assert str(info.value) == "; ".join(info.value.reasons)
+    assert isinstance(info.value, SpectallyError)
