@@ -306,7 +306,7 @@ class Engine:
         return state
 
     def _transition(
-        self, state: RequestState, event: Event
+        self, state: RequestState, event: BlockEvent | RequestEvent
     ) -> tuple[RequestState, list[ClosedBlock]]:
         if isinstance(event, AddRequest):
             return state, []
@@ -346,12 +346,12 @@ class Engine:
         return ClosedBlock(state.request, block.step, outcome, inputs)
 
     def _block_event(
-        self, state: RequestState, event: Event
+        self, state: RequestState, event: BlockEvent
     ) -> tuple[RequestState, list[ClosedBlock]]:
         mode, k = self.config.mode, self.config.k
         rid = state.request
         stage = BLOCK_EVENT_STAGE[type(event)]
-        count: int = _event_count(event)
+        count: int = event.num_slots if isinstance(event, (Pad, Truncate)) else event.num_tokens
         step: int = event.step
 
         def illegal(reason: str) -> IllegalEvent:
@@ -431,14 +431,6 @@ class Engine:
 
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _event_count(event: Event) -> int:
-    for name in ("num_tokens", "num_slots"):
-        if hasattr(event, name):
-            value: int = getattr(event, name)
-            return value
-    raise TypeError(f"not a block event: {event!r}")  # pragma: no cover - guarded by caller
 
 
 def step_counts(mode: Mode, inputs: StepInputs[int, bool]) -> dict[str, object]:
