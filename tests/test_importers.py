@@ -383,3 +383,16 @@ def test_requests_bad_json(tmp_path: Path) -> None:
     result = CliRunner().invoke(import_group, ["requests", str(path)])
     assert result.exit_code == 2
     assert result.stderr.strip() == f"{path}:2:17: bad JSON: Expecting value"
+
+
+RECORDED_LOGS = [
+    p
+    for p in sorted((Path(__file__).parent / "fixtures" / "vllm").glob("*.log"))
+    if logs.MARKER in p.read_text(errors="replace")
+]
+
+
+@pytest.mark.parametrize("path", RECORDED_LOGS, ids=lambda p: p.name)
+def test_recorded_vllm_log_lines_are_consistent(path: Path) -> None:
+    findings = logs.check_files([str(path)])
+    assert [f.render() for f in findings if f.verdict == VIOLATION] == []
