@@ -402,3 +402,17 @@ def test_checked_inputs() -> None:
     assert len(info.value.reasons) == 2
     assert str(info.value) == "; ".join(info.value.reasons)
     assert isinstance(info.value, SpectallyError)
+
+
+@given(admissible_inputs())
+def test_sync_async_differential(case: tuple[Mode, StepInputs[int, bool], int]) -> None:
+    """Same stage inputs under both modes: equal drafted, accepted and spec_steps; verified
+    differs exactly by the drafts async verified before the grammar refused them."""
+    _, x, k = case
+    assert admissible(SYNC, x, AR, k) and admissible(ASYNC, x, AR, k)  # same eligible prefix
+    s, a = rfc_step(SYNC, x, AR), rfc_step(ASYNC, x, AR)
+    assert (s.drafted, s.accepted, s.spec_steps) == (a.drafted, a.accepted, a.spec_steps)
+    assert a.verified - s.verified == a.fates.grammar_invalid_verified
+    assert pipeline(SYNC, x, AR).eligible == pipeline(ASYNC, x, AR).eligible
+    if x.structured and x.grammar_valid == 0 and x.proposed > 0 and x.applied:
+        assert s.spec_steps == a.spec_steps == 1  # even when the grammar rejects every draft
