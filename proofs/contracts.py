@@ -199,3 +199,23 @@ def legacy_spec_steps(proposed: int, grammar_valid: int, structured: bool) -> tu
         legacy_step(Mode.SYNC, x, INT_ARITH).num_drafts,
         legacy_step(Mode.ASYNC, x, INT_ARITH).num_drafts,
     )
+
+
+def rfc_accepted(
+    sync: bool, proposed: int, grammar_valid: int, structured: bool, av_verify: int, accepted: int
+) -> int:
+    """rfc accepted of an admissible applied block (-1 when inadmissible)."""
+    if not ok(sync, proposed, grammar_valid, structured, proposed, av_verify, accepted):
+        return -1
+    mode, x = block(sync, proposed, grammar_valid, structured, proposed, av_verify, accepted)
+    return rfc_step(mode, x, INT_ARITH).accepted
+
+
+def legacy_accepted(
+    sync: bool, proposed: int, grammar_valid: int, structured: bool, av_verify: int, accepted: int
+) -> int:
+    """vllm-legacy num_accepted_tokens of the same block: the profiles agree on accepted."""
+    if not ok(sync, proposed, grammar_valid, structured, proposed, av_verify, accepted):
+        return -1
+    mode, x = block(sync, proposed, grammar_valid, structured, proposed, av_verify, accepted)
+    return legacy_step(mode, x, INT_ARITH).num_accepted_tokens

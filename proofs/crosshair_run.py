@@ -36,14 +36,14 @@ def crosshair_command() -> list[str]:
 def run_check(
     target: str, per_condition_timeout: float, report_all: bool = True, extra: tuple[str, ...] = ()
 ) -> tuple[int, str]:
-    """``crosshair check TARGET``; returns (exit code, normalised stdout)."""
+    """``crosshair check TARGET [EXTRA...]``; returns (exit code, normalised stdout)."""
     cmd = [
         *crosshair_command(),
         "check",
         target,
+        *extra,
         f"--per_condition_timeout={per_condition_timeout}",
         *(["--report_all"] if report_all else []),
-        *extra,
     ]
     env = dict(os.environ, PYTHONHASHSEED="0")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, check=False)

@@ -1,0 +1,188 @@
+"""spectally prove: every property as expected, the JSON shape, and witnesses that replay."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import pytest
+
+pytest.importorskip("z3")
+
+from click.testing import CliRunner
+from spectally.cli import main
+from spectally.proofs.mutants import MUTANTS, patched
+from spectally.proofs.properties import all_properties
+from spectally.proofs.runner import PropertyResult, run_all
+from spectally.proofs.witness import engine_counts, query_from, reference_counts
+from spectally.reference.step import Mode, StepQuery
+
+NAMES = {
+    *(f"step:INV-{n}" for n in range(1, 9)),
+    *(f"trace:INV-{n}" for n in range(1, 11)),
+    "step:discarded",
+    "theorem:sync-async",
+    "metrics:bounds",
+    "merge:monoid",
+    "legacy:drafted>=verified",
+    "legacy:sync-async-spec-steps",
+}
+
+
+@pytest.fixture(scope="module")
+def results() -> list[PropertyResult]:
+    return run_all()
+
+
+@pytest.fixture(scope="module")
+def prove_json() -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["prove", "--json"])
+    assert result.exit_code == 0, result.output
+    payload: dict[str, Any] = json.loads(result.output)
+    return payload
+
+
+def test_every_property_is_as_expected(results: list[PropertyResult]) -> None:
+    bad = {f"{r.name} ({r.mode})": [o.label for o in r.failing] for r in results if not r.ok}
+    assert not bad
+
+
+def test_registry_names_and_modes() -> None:
+    props = all_properties()
+    assert {p.name for p in props} == NAMES
+    for p in props:
+        if p.name.startswith(("step:", "trace:")):
+            assert {q.mode for q in props if q.name == p.name} == {"sync", "async"}
+    keys = [(p.name, p.mode) for p in props]
+    assert len(keys) == len(set(keys))
+
+
+def test_expected_verdicts(results: list[PropertyResult]) -> None:
+    verdicts = {(r.name, r.mode): r.verdict for r in results}
+    assert verdicts[("legacy:drafted>=verified", "async")] == "refuted"
+    assert verdicts[("legacy:drafted>=verified", "sync")] == "proved"  # sync validates first
+    assert verdicts[("legacy:sync-async-spec-steps", "both")] == "refuted"
+    assert sum(v == "proved" for v in verdicts.values()) == len(verdicts) - 2
+
+
+def test_whole_suite_is_fast(results: list[PropertyResult]) -> None:
+    assert sum(r.seconds for r in results) < 60
+
+
+def test_json_shape(prove_json: dict[str, Any]) -> None:
+    assert prove_json["ok"] is True
+    assert set(prove_json["counts"]) == {"proved", "refuted", "unknown"}
+    assert prove_json["counts"]["unknown"] == 0
+    for p in prove_json["properties"]:
+        assert {"name", "profile", "verdict", "seconds"} <= set(p)
+        assert p["verdict"] in ("proved", "refuted", "unknown")
+        assert p["profile"] in ("rfc", "vllm-legacy", "all")
+        assert isinstance(p["seconds"], float)
+        if p["verdict"] == "refuted":
+            assert isinstance(p["witness"], dict)
+        else:
+            assert "witness" not in p
+
+
+def _witness_entries(prove_json: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    out = []
+    for p in prove_json["properties"]:
+        for w in p.get("witnesses", []):
+            for key, entry in w.items():
+                if isinstance(entry, dict) and "command" in entry:
+                    assert key in ("sync", "async")
+                    out.append((w, entry))
+    return out
+
+
+def test_witnesses_replay_through_cli_reference_and_engine(prove_json: dict[str, Any]) -> None:
+    entries = _witness_entries(prove_json)
+    assert len(entries) == 5  # 3 drafted>=verified scenarios, 2 modes of the spec-steps one
+    runner = CliRunner()
+    for w, entry in entries:
+        assert entry["replay"] == "ok"
+        args = shlex.split(entry["command"])
+        assert args[:2] == ["spectally", "step"]
+        result = runner.invoke(main, [*args[1:], "--json"])
+        assert result.exit_code == 0, result.output
+        cli = json.loads(result.output)
+        for profile, counts in entry["counts"].items():
+            for name, value in counts.items():
+                assert cli[profile][name] == value, (entry["command"], profile, name)
+        q = _query(args)
+        assert reference_counts(q) == entry["counts"]
+        assert engine_counts(q, w["k"]) == entry["counts"]
+
+
+def _query(args: list[str]) -> StepQuery:
+    opts = dict(zip(args[2::2], args[3::2], strict=True))
+
+    def num(flag: str) -> int | None:
+        return int(opts[flag]) if flag in opts else None
+
+    return StepQuery(
+        mode=Mode(opts["--mode"]),
+        proposed=int(opts["--proposed"]),
+        accepted=int(opts["--accepted"]),
+        grammar_valid=num("--grammar-valid"),
+        scheduled=num("--scheduled"),
+        av_verify=num("--av-verify"),
+    )
+
+
+def test_legacy_witness_shapes(results: list[PropertyResult]) -> None:
+    dv = next(r for r in results if r.name == "legacy:drafted>=verified" and r.mode == "async")
+    for w in dv.witnesses():
+        counts = w["async"]["counts"]
+        assert counts["vllm-legacy"]["drafted"] < counts["rfc"]["verified"]
+        assert counts["rfc"]["drafted"] >= counts["rfc"]["verified"]  # the fix holds there
+        assert "--grammar-valid" in w["async"]["command"]  # only structured output breaks it
+    row = next(w for w in dv.witnesses() if "RFC row" in w["scenario"])
+    assert row["async"]["counts"]["rfc"]["verified"] == 3
+    assert row["async"]["counts"]["vllm-legacy"]["drafted"] == 2
+    steps = next(r for r in results if r.name == "legacy:sync-async-spec-steps")
+    w = steps.witnesses()[0]
+    assert "--grammar-valid 0" in w["sync"]["command"]  # every draft grammar-rejected
+    assert w["sync"]["counts"]["vllm-legacy"]["spec_steps"] == 0
+    assert w["async"]["counts"]["vllm-legacy"]["spec_steps"] == 1
+    assert w["sync"]["counts"]["rfc"]["spec_steps"] == w["async"]["counts"]["rfc"]["spec_steps"]
+
+
+def test_query_from_maps_off_caps_to_none() -> None:
+    values: dict[str, int | bool] = {
+        "proposed": 3,
+        "padding": 0,
+        "structured": False,
+        "grammar_valid": 3,
+        "schedule_cap": 7,
+        "av_cap": 2,
+        "accepted": 1,
+        "applied": True,
+        "legacy_reported": True,
+    }
+    q = query_from(Mode.SYNC, values)
+    assert (q.grammar_valid, q.scheduled, q.av_verify) == (None, None, 2)
+
+
+def test_prove_exits_non_zero_and_prints_a_counterexample_when_a_proof_fails() -> None:
+    mutant = next(m for m in MUTANTS if m.name == "spec-step-without-drafts")
+    with patched(mutant):
+        result = CliRunner().invoke(main, ["prove", "--only", "trace:INV-7", "--timeout", "5"])
+    assert result.exit_code == 1
+    assert "FAIL" in result.output
+    assert "consecution" in result.output  # the counterexample to induction, readable:
+    assert "state:" in result.output and "block: spectally step" in result.output
+
+
+def test_prove_exits_non_zero_when_an_expected_refutation_is_proved() -> None:
+    mutant = next(m for m in MUTANTS if m.name == "legacy-counts-empty-steps")
+    with patched(mutant):
+        result = CliRunner().invoke(main, ["prove", "--only", "legacy:sync-async"])
+    assert result.exit_code == 1
+    assert "NOT as expected" in result.output
+
+
+def test_prove_only_unknown_name_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["prove", "--only", "no-such-property"])
+    assert result.exit_code == 2
