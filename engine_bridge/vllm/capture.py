@@ -575,10 +575,27 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
                 "backport_rfc": s.get("backport"),
             }
         )
+    repo = Path(__file__).resolve().parents[2]
+    shown: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):  # the command that records the whole set (no --only)
+        if skip:
+            skip = False
+            continue
+        if arg == "--only":
+            skip = True
+            continue
+        if arg.startswith("--only="):
+            continue
+        if i > 0 and argv[i - 1] == "--out":
+            path = Path(arg).resolve()
+            arg = str(path.relative_to(repo)) if path.is_relative_to(repo) else arg
+        shown.append(arg)
     manifest = {
         "description": "Step logs recorded from a real vLLM engine by "
-        "spectally.engine_bridge.vllm.capture (tiny random-weight local models)",
-        "command": "python -m spectally.engine_bridge.vllm.capture " + " ".join(argv),
+        "spectally.engine_bridge.vllm.capture (tiny random-weight local models); "
+        "see docs/vllm-runs.md",
+        "command": "python -m spectally.engine_bridge.vllm.capture " + " ".join(shown),
         "machine": platform.machine(),
         "runs": sorted(entries, key=lambda e: e["file"]),
     }
@@ -588,8 +605,43 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
         have = {e["file"] for e in entries}
         kept = [e for e in old.get("runs", []) if e["file"] not in have]
         manifest["runs"] = sorted(kept + entries, key=lambda e: e["file"])
+    manifest["engine_version"] = _engine_version(manifest["runs"])
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     return path
+
+
+def _engine_version(entries: list[dict[str, Any]]) -> str | None:
+    versions = {e["header"].get("engine_version") for e in entries}
+    return versions.pop() if len(versions) == 1 else None
+
+
+def markdown_table(manifest: dict[str, Any]) -> str:
+    """Per configuration: proposed, the engine's legacy counters, and the RFC counters."""
+    rows = [
+        "| run | k | proposed | scheduled | legacy drafts | legacy drafted | legacy accepted "
+        "| legacy rate | RFC drafted | RFC verified | RFC accepted | RFC steps | engine steps "
+        "| outcomes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in manifest["runs"]:
+        t = e["engine_totals"]
+        rfc = e.get("backport_rfc") or {}
+        rate = t["num_accepted_tokens"] / t["num_draft_tokens"] if t["num_draft_tokens"] else 0.0
+
+        def n(key: str, rfc: dict[str, Any] = rfc) -> str:
+            return str(int(rfc[key])) if key in rfc else "-"
+
+        outcomes = ", ".join(
+            f"{key.removeprefix('discarded_')} {value}" for key, value in e["outcomes"].items()
+        )
+        rows.append(
+            f"| {e['file'].removesuffix('.ndjson.gz')} | {e['header']['num_speculative_tokens']} "
+            f"| {e['proposed']} | {e['scheduled']} | {t['num_drafts']} "
+            f"| {t['num_draft_tokens']} | {t['num_accepted_tokens']} | {rate:.3f} "
+            f"| {n('drafted_tokens')} | {n('verified_tokens')} | {n('accepted_tokens')} "
+            f"| {n('spec_steps')} | {e['steps']} | {outcomes} |"
+        )
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -602,7 +654,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--run-one", help=argparse.SUPPRESS)
+    ap.add_argument("--table", action="store_true", help="print OUT/MANIFEST.json as markdown")
     args = ap.parse_args(argv)
+
+    if args.table:
+        print(markdown_table(json.loads((args.out / "MANIFEST.json").read_text())))
+        return 0
 
     if args.run_one:
         cfg = RunConfig(**json.loads(args.run_one))
