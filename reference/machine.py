@@ -239,12 +239,15 @@ class Engine:
         return closed
 
     def run(self, events: Iterable[Event]) -> list[ClosedBlock]:
+        """Apply events in order; return every block they closed. On the first error it raises
+        with every earlier event applied and the failing one not applied (E7)."""
         closed: list[ClosedBlock] = []
         for event in events:
             closed.extend(self.apply(event))
         return closed
 
     def request_counters(self, request: str) -> Counters:
+        """One request's counters (finished and aborted requests included); KeyError if unknown."""
         return self.requests[request].counters
 
     def describe(self, request: str | None) -> str:
