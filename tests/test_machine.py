@@ -942,3 +942,13 @@ def test_illegal_probe_after_any_legal_prefix(case: tuple[EngineConfig, list[Eve
     ]
     for probe, match in probes:
         assert_illegal(e, probe, match)
+
+
+def test_run_stops_at_the_first_illegal_event() -> None:
+    e = engine_at(SYNC)
+    prefix: list[Event] = [Propose("a", 0, 2), Verify("a", 0, 2)]
+    expected = engine_at(SYNC)
+    expected.run(prefix)
+    with pytest.raises(IllegalEvent, match="accepted cannot exceed"):
+        e.run([*prefix, Accept("a", 0, 3), Accept("a", 0, 1)])
+    assert snapshot(e) == snapshot(expected)
