@@ -640,6 +640,9 @@ def _legacy_spec_steps() -> list[Obligation]:
                 md.admissible(Mode.SYNC, x, ctx),
                 md.admissible(Mode.ASYNC, x, ctx),
                 *md.cli_expressible(x),
+                # no schedule cut, AV off: the mismatch needs neither
+                x.schedule_cap == x.proposed + x.padding,
+                x.av_cap == x.proposed + x.padding,
             ),
             claim,
             Shown(inputs={"block": (Mode.SYNC, x)}),
