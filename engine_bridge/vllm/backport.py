@@ -48,7 +48,8 @@ from typing import Any
 from spectally.reference.counters import Counters
 from spectally.reference.step import Mode, StepQuery
 
-logger = logging.getLogger("spectally.backport")
+# A child of vLLM's logger: its handler and format apply (vLLM configures "vllm" at INFO).
+logger = logging.getLogger("vllm.spectally.backport")
 
 ENV_LOG_INTERVAL = "SPECTALLY_BACKPORT_LOG_INTERVAL"
 ENV_PORT = "SPECTALLY_BACKPORT_PORT"

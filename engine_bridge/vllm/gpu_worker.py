@@ -32,7 +32,7 @@ import functools
 import logging
 from typing import Any
 
-logger = logging.getLogger("spectally.gpu_worker")
+logger = logging.getLogger("vllm.spectally.gpu_worker")
 
 _PATCHED = False
 

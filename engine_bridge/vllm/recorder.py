@@ -57,7 +57,7 @@ ENV_SO_BACKEND = "SPECTALLY_SO_BACKEND"
 ENV_BACKPORT = "SPECTALLY_BACKPORT"
 
 Record = dict[str, Any]
-logger = logging.getLogger("spectally.recorder")
+logger = logging.getLogger("vllm.spectally.recorder")
 
 # Worker-side observations (GPU adaptive verification), filled by gpu_worker.py when the worker
 # runs in the engine-core process (UniProcExecutor): id(scheduler_output) -> {req_id: verified}.
