@@ -186,6 +186,33 @@ class _RecorderState:
         if self.active:
             atexit.register(self.close)
 
+    # -- safety -----------------------------------------------------------------------------
+    def guard(self, where: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a recording step; on error log once, stop recording, return None."""
+        if not self.active:
+            return None
+        try:
+            return fn(*args)
+        except Exception:
+            logger.exception(
+                "spectally recorder failed in %s; recording stops, the engine goes on", where
+            )
+            self.fail()
+            return None
+
+    def fail(self) -> None:
+        self.active = False
+        self._closed = True
+        for closer in self._closers:
+            try:
+                closer()
+            except Exception:
+                logger.exception("spectally recorder: closing a sink failed")
+
+    def next_step(self) -> int:
+        self.step += 1
+        return self.step
+
     # -- output -----------------------------------------------------------------------------
     def header(self) -> Record:
         sched = self.sched
@@ -311,7 +338,12 @@ def _count_proposal(drafts: list[int], placeholders_are_drafts: bool) -> tuple[i
 
 
 class RecorderMixin:
-    """Hooks shared by the sync and async recording schedulers (put first in the MRO)."""
+    """Hooks shared by the sync and async recording schedulers (put first in the MRO).
+
+    Every hook is ``pre`` (recording, guarded) -> the stock method, called exactly once ->
+    ``post`` (recording, guarded). A recording error is logged once and stops the recording;
+    it never changes what the scheduler does.
+    """
 
     _sx: _RecorderState
 
@@ -322,18 +354,25 @@ class RecorderMixin:
     # lifecycle ----------------------------------------------------------------------------
     def add_request(self, request: Any) -> None:
         sx = self._sx
-        is_new = request.request_id not in self.requests  # type: ignore[attr-defined]
+        requests = self.requests  # type: ignore[attr-defined]
+        is_new = sx.guard("add_request", lambda: request.request_id not in requests)
         super().add_request(request)  # type: ignore[misc]
-        if sx.active and is_new:
-            structured = bool(getattr(request, "use_structured_output", False))
-            sx.request_event(sx.step + 1, request.request_id, "add", None, structured)
-            sx.flush()
+        if is_new:
+            sx.guard("add_request", self._rec_add, request)
+
+    def _rec_add(self, request: Any) -> None:
+        sx = self._sx
+        structured = bool(getattr(request, "use_structured_output", False))
+        sx.request_event(sx.step + 1, request.request_id, "add", None, structured)
+        sx.flush()
 
     def finish_requests(self, request_ids: Any, finished_status: Any) -> list[Any]:
-        sx = self._sx
         finished = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
-        if not sx.active:
-            return finished
+        self._sx.guard("finish_requests", self._rec_finish, finished, finished_status)
+        return finished
+
+    def _rec_finish(self, finished: list[Any], finished_status: Any) -> None:
+        sx = self._sx
         for request in finished:
             rid = request.request_id
             if rid in sx.done:
@@ -347,22 +386,28 @@ class RecorderMixin:
                 sx.request_event(sx.step, rid, "finish", _finish_reason(finished_status))
                 sx.drop_pending(rid, "discarded_finished", sx.step + 1)
         sx.flush()
-        return finished
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> None:
         super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+        self._sx.guard("_preempt_request", self._rec_preempt, request)
+
+    def _rec_preempt(self, request: Any) -> None:
         sx = self._sx
-        if sx.active:
-            sx.request_event(sx.step, request.request_id, "preempt", None)
-            # Sync: the proposal waiting for this request is dropped with spec_token_ids.
-            sx.drop_pending(request.request_id, "discarded_preempted", sx.step)
+        sx.request_event(sx.step, request.request_id, "preempt", None)
+        # Sync: the proposal waiting for this request is dropped with spec_token_ids.
+        sx.drop_pending(request.request_id, "discarded_preempted", sx.step)
 
     # drafts -------------------------------------------------------------------------------
     def update_draft_token_ids(self, draft_token_ids: Any) -> None:
         sx = self._sx
-        if not sx.active:
-            super().update_draft_token_ids(draft_token_ids)  # type: ignore[misc]
-            return
+        raw = sx.guard("update_draft_token_ids", self._rec_proposals, draft_token_ids)
+        super().update_draft_token_ids(draft_token_ids)  # type: ignore[misc]
+        if raw is not None:
+            sx.guard("update_draft_token_ids", self._rec_pending, raw)
+
+    def _rec_proposals(self, draft_token_ids: Any) -> list[tuple[str, Any, int, int]]:
+        """Raw proposals before validate_tokens; proposals for ended requests are discarded."""
+        sx = self._sx
         requests = self.requests  # type: ignore[attr-defined]
         placeholders_are_drafts = bool(getattr(self, "use_v2_model_runner", False))
         raw: list[tuple[str, Any, int, int]] = []
@@ -388,7 +433,10 @@ class RecorderMixin:
             if request.is_prefill_chunk:
                 continue  # vLLM ignores drafts for partial prefills: no block
             raw.append((req_id, request, proposed, padding))
-        super().update_draft_token_ids(draft_token_ids)  # type: ignore[misc]
+        return raw
+
+    def _rec_pending(self, raw: list[tuple[str, Any, int, int]]) -> None:
+        sx = self._sx
         for req_id, request, proposed, padding in raw:
             valid = len(request.spec_token_ids) if request.use_structured_output else None
             sx.pending[req_id] = Block(req_id, proposed, padding, grammar_valid=valid)
@@ -396,17 +444,25 @@ class RecorderMixin:
 
     def update_draft_token_ids_in_output(self, draft_token_ids: Any, scheduler_output: Any) -> None:
         sx = self._sx
-        raw: dict[str, tuple[int, int]] = {}
-        if sx.active:
-            for req_id, drafts in zip(
-                draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=False
-            ):
-                raw[req_id] = _count_proposal(list(drafts), False)
+        # Copy the lengths first: the stock method trims the lists in place.
+        raw = sx.guard(
+            "update_draft_token_ids_in_output",
+            lambda: {
+                req_id: _count_proposal(list(drafts), False)
+                for req_id, drafts in zip(
+                    draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=False
+                )
+            },
+        )
         super().update_draft_token_ids_in_output(  # type: ignore[misc]
             draft_token_ids, scheduler_output
         )
-        entry = sx.inflight.get(id(scheduler_output))
-        if not sx.active or entry is None:
+        if raw is not None:
+            sx.guard("update_draft_token_ids_in_output", self._rec_validated, raw, scheduler_output)
+
+    def _rec_validated(self, raw: dict[str, tuple[int, int]], scheduler_output: Any) -> None:
+        entry = self._sx.inflight.get(id(scheduler_output))
+        if entry is None:
             return
         invalid = scheduler_output.num_invalid_spec_tokens or {}
         requests = self.requests  # type: ignore[attr-defined]
@@ -422,11 +478,14 @@ class RecorderMixin:
     # steps --------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         sx = self._sx
-        if not sx.active:
-            return super().schedule(*args, **kwargs)  # type: ignore[misc]
-        sx.step += 1
-        step = sx.step
+        step = sx.guard("schedule", sx.next_step)
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        if step is not None:
+            sx.guard("schedule", self._rec_scheduled, step, out)
+        return out
+
+    def _rec_scheduled(self, step: int, out: Any) -> None:
+        sx = self._sx
         spec_tokens = out.scheduled_spec_decode_tokens
         blocks: dict[str, Block] = {}
         for req_id in out.num_scheduled_tokens:
@@ -448,24 +507,35 @@ class RecorderMixin:
                 blocks[req_id] = block
         sx.inflight[id(out)] = (step, out, blocks)
         sx.flush()
-        return out
 
     def make_spec_decoding_stats(self, *args: Any, **kwargs: Any) -> Any:
+        sx = self._sx
         before = kwargs.get("spec_decoding_stats", args[0] if args else None)
-        snapshot = None
-        if before is not None:
-            snapshot = _Snapshot(before)
+        snapshot = sx.guard("make_spec_decoding_stats", _Snapshot.of, before)
         after = super().make_spec_decoding_stats(*args, **kwargs)  # type: ignore[misc]
-        if after is not None and self._sx.active:
-            self._sx.stats_observed(snapshot, after)
+        if after is not None:
+            sx.guard("make_spec_decoding_stats", sx.stats_observed, snapshot, after)
         return after
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         sx = self._sx
-        if not sx.active:
-            return super().update_from_output(  # type: ignore[misc]
-                scheduler_output, model_runner_output
-            )
+        ctx = sx.guard(
+            "update_from_output", self._rec_outputs, scheduler_output, model_runner_output
+        )
+        sx.step_delta = None
+        result = super().update_from_output(  # type: ignore[misc]
+            scheduler_output, model_runner_output
+        )
+        if ctx is not None:
+            sx.guard("update_from_output", self._rec_processed, scheduler_output, *ctx)
+        sx.step_delta = None
+        return result
+
+    def _rec_outputs(
+        self, scheduler_output: Any, model_runner_output: Any
+    ) -> tuple[int, dict[str, Block], dict[str, Any]]:
+        """Before the stock method: sampled / accepted / outcome of each block of the step."""
+        sx = self._sx
         entry = sx.inflight.get(id(scheduler_output))
         step = entry[0] if entry is not None else sx.step
         blocks = entry[2] if entry is not None else {}
@@ -494,10 +564,17 @@ class RecorderMixin:
                 block.outcome = "discarded_stale"
             else:
                 block.outcome = "applied"
-        sx.step_delta = None
-        result = super().update_from_output(  # type: ignore[misc]
-            scheduler_output, model_runner_output
-        )
+        return step, blocks, seen
+
+    def _rec_processed(
+        self,
+        scheduler_output: Any,
+        step: int,
+        blocks: dict[str, Block],
+        seen: dict[str, Any],
+    ) -> None:
+        """After the stock method: the step's blocks, finishes, and the engine's own stats."""
+        sx = self._sx
         sx.inflight.pop(id(scheduler_output), None)
         for block in blocks.values():
             sx.emit(step, block.record())
@@ -523,15 +600,13 @@ class RecorderMixin:
                     "num_accepted_tokens_per_pos": d[3:],
                 },
             )
-        sx.step_delta = None
         sx.flush()
-        return result
 
     def shutdown(self) -> None:
         try:
             super().shutdown()  # type: ignore[misc]
         finally:
-            self._sx.close()
+            self._sx.guard("shutdown", self._sx.close)
 
 
 class _Snapshot:
@@ -542,6 +617,10 @@ class _Snapshot:
         self.num_draft_tokens = stats.num_draft_tokens
         self.num_accepted_tokens = stats.num_accepted_tokens
         self.num_accepted_tokens_per_pos = list(stats.num_accepted_tokens_per_pos)
+
+    @classmethod
+    def of(cls, stats: Any) -> _Snapshot | None:
+        return None if stats is None else cls(stats)
 
 
 class RecordingScheduler(RecorderMixin, Scheduler):
