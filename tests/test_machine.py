@@ -427,7 +427,9 @@ def test_state_machine() -> None:
     profile = settings.default
     run_state_machine_as_test(
         EngineMachine,
-        settings=settings(profile, max_examples=2 * profile.max_examples),
+        # At least 120 runs even in the ci profile (the deep paths need them); the slower
+        # profiles already ask for more.
+        settings=settings(profile, max_examples=max(120, profile.max_examples)),
     )
     # Non-vacuity: both legal and illegal events of every kind happened, blocks closed every way.
     for name in ("Propose", "Pad", "Truncate", "AVSkip", "Verify", "Accept", "GrammarReject"):
