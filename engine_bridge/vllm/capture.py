@@ -607,6 +607,8 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
         have = {e["file"] for e in entries}
         kept = [e for e in old.get("runs", []) if e["file"] not in have]
         manifest["runs"] = sorted(kept + entries, key=lambda e: e["file"])
+        if old.get("known_divergences"):  # pinned by async_sim.py
+            manifest["known_divergences"] = old["known_divergences"]
     manifest["engine_version"] = _engine_version(manifest["runs"])
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     return path

@@ -220,7 +220,7 @@ class _RecorderState:
         spec = vc.speculative_config
         config: dict[str, Any] = {
             "model": vc.model_config.model,
-            "draft_model": getattr(getattr(spec, "draft_model_config", None), "model", None),
+            "draft_model": _draft_model(vc),
             "max_model_len": vc.model_config.max_model_len,
             "use_v2_model_runner": bool(getattr(sched, "use_v2_model_runner", False)),
             "scheduler_cls": f"{type(sched).__module__}.{type(sched).__qualname__}",
@@ -296,12 +296,15 @@ class _RecorderState:
         event: str,
         reason: str | None,
         structured: bool | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> None:
         rec: Record = {"record": "request", "step": step, "request": req_id, "event": event}
         if reason is not None:
             rec["reason"] = reason
         if structured is not None:
             rec["structured"] = structured
+        if meta:
+            rec["meta"] = meta
         self.emit(step, rec)
 
     def drop_pending(self, req_id: str, outcome: str, step: int) -> None:
@@ -321,6 +324,11 @@ class _RecorderState:
             self.step_delta = [0] * (3 + self.k)
         for i, v in enumerate(delta):
             self.step_delta[i] += v
+
+
+def _draft_model(vc: Any) -> str | None:
+    draft = getattr(getattr(vc.speculative_config, "draft_model_config", None), "model", None)
+    return None if draft in (None, vc.model_config.model) else str(draft)
 
 
 def _vllm_version() -> str:
@@ -393,7 +401,13 @@ class RecorderMixin:
 
     def _rec_preempt(self, request: Any) -> None:
         sx = self._sx
-        sx.request_event(sx.step, request.request_id, "preempt", None)
+        # vLLM 0.32 decides per preemption whether in-flight (stale) output is dropped
+        # (requires_kv_delivery, reset_prefix_cache); schema v1 has only the header's global
+        # flag, so the per-request value goes to meta (proposed as a field in the report).
+        drop = bool(getattr(request, "drop_stale_output", False))
+        in_flight = int(getattr(request, "num_stale_output_tokens", 0))
+        meta = {"drop_stale_output": drop, "stale_tokens_in_flight": in_flight}
+        sx.request_event(sx.step, request.request_id, "preempt", None, meta=meta)
         # Sync: the proposal waiting for this request is dropped with spec_token_ids.
         sx.drop_pending(request.request_id, "discarded_preempted", sx.step)
 

