@@ -29,41 +29,110 @@ import gzip
 import json
 import os
 import random
+import re
 import sys
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-
-def _fake_runner_output(so: Any, rng: random.Random, prompts: dict[str, int]) -> Any:
-    from vllm.v1.outputs import ModelRunnerOutput
-
-    req_ids = list(so.num_scheduled_tokens)
-    sampled: list[list[int]] = []
-    for rid in req_ids:
-        spec = so.scheduled_spec_decode_tokens.get(rid) or []
-        accepted = rng.randint(0, len(spec)) if spec else 0
-        sampled.append([rng.randint(10, 900) for _ in range(accepted + 1)])
-    return ModelRunnerOutput(
-        req_ids=req_ids,
-        req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-        sampled_token_ids=sampled,
-    )
+EOS = 2  # tiny_models: eos_token_id
+CHOICES = ["import os; import sys; import json", "from typing import Any, Optional"]
 
 
-def simulate(out: Path, seed: int = 0, k: int = 3, drop_preempt: bool = False) -> dict[str, Any]:
-    """One simulated run; ``drop_preempt`` adds the reset_prefix_cache preemption (drop mode)."""
+class FakeRunner:
+    """Seeded stand-in for the model runner and drafter (nothing is computed).
+
+    Unstructured requests: each block accepts a random prefix of its drafts; tokens are random.
+    Structured requests (a regex of two alternatives) follow a true sequence, one alternative
+    tokenised, then EOS;
+    so every sampled token is grammar-valid; drafts are the true continuation corrupted at a
+    random position, and a draft is accepted while it equals the true continuation.
+    """
+
+    def __init__(self, sched: Any, rng: random.Random, k: int) -> None:
+        self.sched = sched
+        self.rng = rng
+        self.k = k
+        self.truth: dict[str, list[int]] = {}  # structured requests only
+
+    def _pos(self, rid: str) -> int:
+        request = self.sched.requests.get(rid)
+        return len(request.output_token_ids) if request is not None else 0
+
+    def drafts(self, so: Any) -> Any:
+        """Real drafts for a deferred step (what take_draft_token_ids returns)."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        req_ids: list[str] = []
+        drafts: list[list[int]] = []
+        for rid, spec in so.scheduled_spec_decode_tokens.items():
+            n = len(spec)
+            if rid in self.truth:
+                pos = self._pos(rid)
+                true = self.truth[rid][pos : pos + n]
+                proposal = true + [self.rng.randint(10, 900) for _ in range(n - len(true))]
+                cut = self.rng.randint(0, n)
+                for i in range(cut, n):
+                    proposal[i] = self.rng.randint(10, 900)
+            else:
+                proposal = [self.rng.randint(10, 900) for _ in range(n)]
+            req_ids.append(rid)
+            drafts.append(proposal)
+        return DraftTokenIds(req_ids, drafts)
+
+    def output(self, so: Any) -> Any:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        req_ids = list(so.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            spec = list(so.scheduled_spec_decode_tokens.get(rid) or [])
+            request = self.sched.requests.get(rid)
+            prefill = request is not None and (
+                request.num_computed_tokens < request.num_prompt_tokens
+            )
+            if rid in self.truth:
+                pos = self._pos(rid)
+                true = self.truth[rid]
+                accepted = 0
+                if not prefill:
+                    while (
+                        accepted < len(spec)
+                        and pos + accepted < len(true) - 1
+                        and spec[accepted] == true[pos + accepted]
+                    ):
+                        accepted += 1
+                sampled.append(true[pos : pos + accepted + 1] or [EOS])
+            else:
+                accepted = self.rng.randint(0, len(spec)) if spec else 0
+                sampled.append([self.rng.randint(10, 900) for _ in range(accepted + 1)])
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+
+
+def simulate(
+    out: Path, seed: int = 0, k: int = 3, drop_preempt: bool = False, so: bool = False
+) -> dict[str, Any]:
+    """One simulated run; ``drop_preempt`` adds the reset_prefix_cache preemption (drop mode),
+    ``so`` makes requests 0 and 2 structured (regex, xgrammar, deferred path)."""
     from spectally.engine_bridge.vllm import recorder, tiny_models
 
     models = tiny_models.build()
-    name = "sim-async-ngram-k3" + ("-drop-preempt" if drop_preempt else "")
+    name = (
+        "sim-async-ngram-k3"
+        + ("-so-regex" if so else "")
+        + ("-drop-preempt" if drop_preempt else "")
+    )
     raw = out / f"{name}.ndjson"
     raw.unlink(missing_ok=True)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
     from vllm import LLM, SamplingParams
-    from vllm.v1.core.sched.output import SchedulerOutput  # noqa: F401  (import check)
+    from vllm.sampling_params import StructuredOutputsParams
     from vllm.v1.request import Request, RequestStatus
 
     llm = LLM(
@@ -73,11 +142,14 @@ def simulate(out: Path, seed: int = 0, k: int = 3, drop_preempt: bool = False) -
         enforce_eager=True,
         max_model_len=512,
         disable_log_stats=False,
+        structured_outputs_config={"backend": "xgrammar"},
     )
     core = llm.llm_engine.engine_core.engine_core
     base = core.scheduler
     os.environ[recorder.ENV_PATH] = str(raw)
-    os.environ[recorder.ENV_SO_BACKEND] = ""
+    os.environ[recorder.ENV_SO_BACKEND] = "xgrammar" if so else ""
+    os.environ[recorder.ENV_BACKPORT] = "1"  # the RFC counters, live, as in capture runs
+    os.environ.setdefault("SPECTALLY_BACKPORT_LOG_INTERVAL", "0")
     os.environ[recorder.ENV_CONFIG] = json.dumps(
         {"run": name, "runner": "simulated (async_sim.py)", "seed": seed}
     )
@@ -90,23 +162,37 @@ def simulate(out: Path, seed: int = 0, k: int = 3, drop_preempt: bool = False) -
         log_stats=True,
     )
     rng = random.Random(seed)
-    prompts: dict[str, int] = {}
+    runner = FakeRunner(sched, rng, k)
+    tokenizer = llm.get_tokenizer()
     max_tokens = [40, 33, 50, 27, 45]
 
     def add(i: int) -> None:
         rid = f"sim{i}"
-        prompts[rid] = 6 + i
-        sched.add_request(
-            Request(
-                request_id=rid,
-                prompt_token_ids=[rng.randint(10, 900) for _ in range(6 + i)],
-                sampling_params=SamplingParams(
-                    max_tokens=max_tokens[i % len(max_tokens)], ignore_eos=True
-                ),
-                pooling_params=None,
-                arrival_time=0.0,
-            )
+        structured = so and i in (0, 2)
+        params = SamplingParams(
+            max_tokens=max_tokens[i % len(max_tokens)],
+            ignore_eos=not structured,
+            structured_outputs=(
+                StructuredOutputsParams(regex="|".join(re.escape(c) for c in CHOICES))
+                if structured
+                else None
+            ),
         )
+        params._eos_token_id = EOS  # the input processor sets it from the tokenizer
+        if structured:
+            assert params.structured_outputs is not None
+            params.structured_outputs._backend = "xgrammar"  # the input processor's job
+            text = CHOICES[i % len(CHOICES)]
+            runner.truth[rid] = [*tokenizer.encode(text, add_special_tokens=False), EOS]
+        request = Request(
+            request_id=rid,
+            prompt_token_ids=[rng.randint(10, 900) for _ in range(6 + i)],
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=0.0,
+        )
+        core.structured_output_manager.grammar_init(request)
+        sched.add_request(request)
 
     for i in range(4):
         add(i)
@@ -121,15 +207,26 @@ def simulate(out: Path, seed: int = 0, k: int = 3, drop_preempt: bool = False) -
             add(4)
         if steps == 14 and drop_preempt:
             sched.reset_prefix_cache(reset_running_requests=True)
+        # EngineCore.step_with_batch_queue with a queue of 2 (vllm/v1/engine/core.py:698).
+        deferred = None
         if sched.has_requests():
-            so = sched.schedule()
-            queue.appendleft(so)
-            if len(queue) < 2 and so.total_num_scheduled_tokens > 0:
-                continue
+            step_out = sched.schedule()
+            executed = step_out.total_num_scheduled_tokens > 0
+            if executed and step_out.pending_structured_output_tokens:
+                deferred = step_out  # sampling waits for the previous step's tokens
+            else:
+                queue.appendleft(step_out)
+                if len(queue) < 2 and executed:
+                    continue
+        elif not queue:
+            break
         if not queue:
             break
-        so = queue.pop()
-        outputs = sched.update_from_output(so, _fake_runner_output(so, rng, prompts))
+        done = queue.pop()
+        outputs = sched.update_from_output(done, runner.output(done))
+        if deferred is not None:
+            sched.update_draft_token_ids_in_output(runner.drafts(deferred), deferred)
+            queue.appendleft(deferred)
         for eco in outputs.values():
             stats = eco.scheduler_stats.spec_decoding_stats if eco.scheduler_stats else None
             if stats is not None:
@@ -158,10 +255,11 @@ def simulate(out: Path, seed: int = 0, k: int = 3, drop_preempt: bool = False) -
     with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
         dst.write(src.read())
     raw.unlink()
-    from spectally.engine_bridge.vllm.capture import check_log, summarize
+    from spectally.engine_bridge.vllm.capture import _backport_totals, check_log, summarize
 
     summary = summarize(records)
     summary.update(check_log(gz))
+    summary["backport"] = _backport_totals()
     summary["file"] = gz.name
     return summary
 
@@ -191,6 +289,7 @@ def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
         "blocks_equal_step_stats": s["blocks_equal_step_stats"],
         "schema_errors": s["schema_errors"],
         "replay": s["replay"],
+        "backport_rfc": s.get("backport"),
     }
     key = "runs" if s["replay"] == "agree" else "known_divergences"
     if key == "known_divergences":
@@ -218,10 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="preempt everything with reset_prefix_cache (stale outputs dropped per request)",
     )
+    ap.add_argument("--so", action="store_true", help="structured requests (regex, deferred)")
     ap.add_argument("--manifest", action="store_true", help="merge into OUT/MANIFEST.json")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    s = simulate(args.out, args.seed, drop_preempt=args.drop_preempt)
+    s = simulate(args.out, args.seed, drop_preempt=args.drop_preempt, so=args.so)
     if args.manifest:
         add_to_manifest(args.out, s, argv if argv is not None else sys.argv[1:])
     keys = (

@@ -357,7 +357,7 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     totals = recorder.subtract_totals(
         recorder.totals_from_metrics(llm.get_metrics(), cfg.k), before
     )
-    backport = _backport_totals(cfg) if not cfg.multiprocessing else None
+    backport = _backport_totals() if not cfg.multiprocessing else None
     llm.llm_engine.engine_core.shutdown()  # closes the step log in the engine-core process
     del llm
     t_run = time.monotonic() - t0 - t_init
@@ -381,7 +381,7 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def _backport_totals(cfg: RunConfig) -> dict[str, float] | None:
+def _backport_totals() -> dict[str, float] | None:
     """The spectally:* counters the backport published in this (engine-core) process."""
     from prometheus_client import REGISTRY
 
