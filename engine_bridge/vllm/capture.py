@@ -593,7 +593,7 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
             path = Path(arg).resolve()
             arg = str(path.relative_to(repo)) if path.is_relative_to(repo) else arg
         shown.append(arg)
-    manifest = {
+    manifest: dict[str, Any] = {
         "description": "Step logs recorded from a real vLLM engine by "
         "spectally.engine_bridge.vllm.capture (tiny random-weight local models); "
         "see docs/vllm-runs.md",
