@@ -22,7 +22,8 @@ Prometheus counters, next to vLLM's own ``vllm:spec_decode_*`` (labels ``model_n
 ====================================================  =========================================
 
 and a periodic log line (every ``SPECTALLY_BACKPORT_LOG_INTERVAL`` seconds, default 10; 0 = off)
-in the format of vLLM's ``SpecDecoding metrics:`` line plus the verified count.
+with the fields of vLLM's ``SpecDecoding metrics:`` line plus the verified count and spec steps
+(prefixed ``spectally RFC spec-decode counters:``, so parsers of vLLM's line never match it).
 
 Where the counters live: the scheduler runs in the engine-core process. In-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, offline ``LLM``) they sit in the default registry next to
@@ -249,7 +250,7 @@ class BackportPublisher:
             f"{a / v:.3f}" if v else "n/a" for a, v in zip(pos_acc, pos_ver, strict=True)
         )
         logger.info(
-            "spectally RFC SpecDecoding metrics: Mean acceptance length: %.2f, "
+            "spectally RFC spec-decode counters: Mean acceptance length: %.2f, "
             "Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, "
             "Accepted: %d tokens, Verified: %d tokens, Drafted: %d tokens, Spec steps: %d, "
             "Per-position acceptance rate (accepted/verified): %s, "

@@ -50,6 +50,9 @@ def check_fixtures(directory: Path = DEFAULT_DIR) -> list[str]:
             problems.append(f"{entry['file']}: totals record differs from MANIFEST")
         if not summary["step_stats_equal_totals"]:
             problems.append(f"{entry['file']}: step_stats do not sum to the totals record")
+        for artifact in entry.get("artifacts", {}).values():
+            if not (directory / artifact).exists():
+                problems.append(f"{entry['file']}: artifact {artifact} missing")
         result = replay_file(str(path), max_divergences=1, progress=False)
         if result.status != "agree":
             reason = result.divergences[0].reason if result.divergences else result.bad_input
