@@ -143,8 +143,14 @@ def _package_dir_mapping(repo: Path) -> dict[str, str]:
 
 
 def install_repo(py: Path, repo: Path = REPO_ROOT, log: Path | None = None) -> None:
-    """Make ``spectally.*`` importable in the environment (editable, no dependencies)."""
-    _run([str(py), "-m", "pip", "install", "--no-deps", "-e", str(repo)], log)
+    """Make ``spectally.*`` importable in the environment (editable, no dependencies).
+
+    Falls back to a ``.pth`` path finder when the editable install fails (e.g. offline: the
+    build backend cannot be fetched) or does not expose the package-dir mapping."""
+    try:
+        _run([str(py), "-m", "pip", "install", "--no-deps", "-e", str(repo)], log)
+    except subprocess.CalledProcessError:
+        print("editable install failed; installing a path finder instead", file=sys.stderr)
     probe = "import spectally.engine_bridge.vllm"
     ok = subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 0
     if ok:
