@@ -293,6 +293,11 @@ def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
     }
     key = "runs" if s["replay"] == "agree" else "known_divergences"
     if key == "known_divergences":
+        # Kept out of the top folder: every top-level log there must replay clean.
+        sub = out / "known_divergences"
+        sub.mkdir(exist_ok=True)
+        (out / s["file"]).replace(sub / s["file"])
+        entry["file"] = f"known_divergences/{s['file']}"
         entry["replay_divergence"] = s.get("replay_divergence")
         entry["why"] = (
             "vLLM 0.32 decides per preemption whether stale in-flight output is dropped "
@@ -302,7 +307,9 @@ def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
             "preempt records' meta.drop_stale_output."
         )
     for other in ("runs", "known_divergences"):
-        manifest[other] = [e for e in manifest.get(other, []) if e["file"] != s["file"]]
+        manifest[other] = [
+            e for e in manifest.get(other, []) if e["file"].split("/")[-1] != s["file"]
+        ]
     manifest[key].append(entry)
     manifest[key].sort(key=lambda e: e["file"])
     path.write_text(json.dumps(manifest, indent=1) + "\n")

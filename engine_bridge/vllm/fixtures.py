@@ -5,8 +5,9 @@ For every entry of ``tests/fixtures/vllm/MANIFEST.json``:
 * ``runs``: the log re-summarises to the MANIFEST's numbers, its recorded ``step_stats`` sum to
   the engine's ``totals`` record, and the project's replay (reference ``vllm-legacy`` profile)
   agrees with every record;
-* ``known_divergences``: the replay still diverges, for the recorded reason (a contract gap
-  pinned as a scenario; once the contract can express it, the entry moves to ``runs``).
+* ``known_divergences`` (files under ``known_divergences/``, so that every top-level log
+  replays clean): the replay still diverges, for the recorded reason (a contract gap pinned as
+  a scenario; once the contract can express it, the entry moves to ``runs``).
 
 ::
 
@@ -66,9 +67,10 @@ def check_fixtures(directory: Path = DEFAULT_DIR) -> list[str]:
                 f"{entry['file']}: expected the pinned divergence, got {result.status}: {reason}"
             )
     listed = {e["file"] for e in manifest.get("runs", []) + manifest.get("known_divergences", [])}
-    for path in sorted(directory.glob("*.ndjson.gz")):
-        if path.name not in listed:
-            problems.append(f"{path.name}: not in MANIFEST.json")
+    for path in sorted(directory.rglob("*.ndjson.gz")):
+        name = str(path.relative_to(directory))
+        if name not in listed:
+            problems.append(f"{name}: not in MANIFEST.json")
     return problems
 
 
