@@ -108,15 +108,11 @@ def test_plain_rule_references_point_to_defined_rules() -> None:
     assert cited <= defined, sorted(cited - defined)
 
 
-# Named in SPEC.md but not yet in the proofs registry; remove once `spectally prove` has it.
-PENDING_PROOFS = {"trace:INV-10"}
-
-
 def test_proved_by_names_exist_in_the_proofs_registry() -> None:
     pytest.importorskip("z3")
     from spectally.proofs.properties import all_properties
 
     registry = {p.name for p in all_properties()}
     named = set(re.findall(r"`((?:step|trace|theorem|metrics|merge|legacy):[^`]+)`", SPEC))
-    missing = named - registry
-    assert missing <= PENDING_PROOFS, f"SPEC.md names unknown proofs: {sorted(missing)}"
+    assert named, "SPEC.md names no proof"
+    assert named <= registry, f"SPEC.md names unknown proofs: {sorted(named - registry)}"
