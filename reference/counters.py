@@ -7,9 +7,11 @@ over an `Arith`, so the proofs reason about this code and not about a copy of it
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, fields
 from typing import Generic
 
+from . import step as _step_rules
 from .arith import INT_ARITH, Arith, B, N
 from .step import (
     Fates,
@@ -254,3 +256,134 @@ class Counters:
                 "per_position": {"accepted": list(self.per_position("legacy_accepted"))},
             },
         }
+
+
+class CounterSum:
+    """A running sum of closed blocks behind an immutable `Counters` view (for speed).
+
+    `Counters.add_step` builds a whole new state per block; a replay folds millions of blocks,
+    most of them equal. This accumulator only counts how often each distinct ``(mode, block)``
+    was folded and builds the `Counters` when it is read (`value`):
+
+        value = base + Σ n · add_step(zero, block)    (n copies combined with `Counters.merge`)
+
+    That equals folding the blocks one by one with `Counters.add_step` because a fold is a merge
+    of the block's own counts (add_step(t, x) == merge(t, add_step(zero, x)), property
+    "fold-is-merge" in proofs/properties.py) and merge is a commutative monoid. Every count is
+    computed when `value` is read, by the module-level rules (``rfc_step``, ``position_add_step``,
+    ``rfc_merge``, ... looked up by name), so a patched rule reaches this sum too. If any of those
+    rules is not the original (a mutant, a monkeypatch), the sum folds block by block with
+    `Counters.add_step` in order instead, exactly as before it existed.
+
+    Only the engine mutates it, after every check of an event has passed; readers get `value`.
+    Memory: one entry per distinct block, bounded (`MAX_PENDING`, then folded into ``base``).
+    """
+
+    MAX_PENDING = 1 << 12
+
+    def __init__(self, base: Counters) -> None:
+        self.k = base.k
+        self._base = base
+        self._pending: dict[tuple[Mode, StepInputs[int, bool]], int] = {}
+        self._view: Counters | None = base
+
+    @classmethod
+    def zero(cls, k: int) -> CounterSum:
+        return cls(Counters.zero(k))
+
+    def add(self, mode: Mode, x: StepInputs[int, bool]) -> None:
+        """Fold one block (by reference; see the class docstring)."""
+        if not rules_intact():
+            self._base = self.value().add_step(mode, x)
+            self._view = self._base
+            return
+        self.add_unchecked(mode, x)
+
+    def add_unchecked(self, mode: Mode, x: StepInputs[int, bool]) -> None:
+        """`add` for a caller that has just checked `rules_intact` itself."""
+        pending = self._pending
+        key = (mode, x)
+        pending[key] = pending.get(key, 0) + 1
+        self._view = None
+        if len(pending) > self.MAX_PENDING:
+            self.value()
+
+    def set(self, value: Counters) -> None:
+        """Replace the sum by ``value`` (a state the caller computed and checked)."""
+        self._base = value
+        self._pending.clear()
+        self._view = value
+
+    def value(self) -> Counters:
+        """The immutable counter state; the same object until the next fold."""
+        view = self._view
+        if view is not None:
+            return view
+        total = self._base
+        intact = rules_intact()
+        for (mode, x), n in self._pending.items():
+            if intact:
+                total = total.merge(_times(Counters.zero(self.k).add_step(mode, x), n))
+            else:
+                for _ in range(n):
+                    total = total.add_step(mode, x)
+        self._pending.clear()
+        self._base = total
+        self._view = total
+        return total
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CounterSum):
+            return NotImplemented
+        return self.value() == other.value()
+
+    def __hash__(self) -> int:
+        return hash(self.value())
+
+    def __repr__(self) -> str:
+        return f"CounterSum({self.value()!r})"
+
+
+def _times(c: Counters, n: int) -> Counters:
+    """``c`` merged with itself ``n >= 1`` times, by doubling (log n merges)."""
+    result: Counters | None = None
+    power = c
+    while True:
+        if n & 1:
+            result = power if result is None else result.merge(power)
+        n >>= 1
+        if not n:
+            assert result is not None
+            return result
+        power = power.merge(power)
+
+
+def _rules() -> tuple[object, ...]:
+    """The rules a block's counts are computed by, as currently bound by name."""
+    step, ct = _step_rules, sys.modules[__name__]
+    return (
+        step.pipeline,
+        step.fates,
+        step.rfc_step,
+        step.legacy_step,
+        step.legacy_scheduled_invalid,
+        step.position_increment,
+        step.admissibility,
+        ct.rfc_step,
+        ct.legacy_step,
+        ct.position_increment,
+        ct.rfc_add_step,
+        ct.legacy_add_step,
+        ct.position_add_step,
+        ct.rfc_merge,
+        ct.legacy_merge,
+        ct.position_merge,
+    )
+
+
+_ORIGINAL_RULES = _rules()
+
+
+def rules_intact() -> bool:
+    """True when every counting rule is the one this module was loaded with (no mutant)."""
+    return _rules() == _ORIGINAL_RULES

@@ -28,11 +28,12 @@ E7  Atomicity. An illegal event raises `IllegalEvent` naming request, step, stat
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from .arith import INT_ARITH
-from .counters import Counters
+from .counters import Counters, CounterSum, rules_intact
 from .errors import IllegalEvent
 from .events import (
     EVENT_TYPES,
@@ -162,11 +163,18 @@ class Block:
 
 @dataclass(frozen=True)
 class RequestState:
+    """One request. Frozen, except ``sums``, which only the engine advances (after every check
+    of an event passed); read `counters` for an immutable state."""
+
     request: str
     structured: bool
     status: RequestStatus
     blocks: tuple[Block, ...]  # open blocks, oldest first
-    counters: Counters
+    sums: CounterSum
+
+    @property
+    def counters(self) -> Counters:
+        return self.sums.value()
 
     def block_at(self, step: int) -> Block | None:
         for block in self.blocks:
@@ -212,7 +220,15 @@ class Engine:
         self.check = check
         self.current_step: int | None = None
         self.requests: dict[str, RequestState] = {}
-        self.totals = Counters.zero(config.k)
+        self._totals = CounterSum.zero(config.k)
+        # (structured, block events) -> the closed block's inputs, or None when the events are
+        # not one legal, closing block from a request with no open block (see `_fast_block`).
+        self._blocks: dict[tuple[bool, BlockCounts], StepInputs[int, bool] | None] = {}
+
+    @property
+    def totals(self) -> Counters:
+        """The engine-wide counters (an immutable state; the same object until a block closes)."""
+        return self._totals.value()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -226,17 +242,108 @@ class Engine:
             return []
         request = self._request_for(event)
         new_state, closed = self._transition(request, event)
-        totals = self.totals
-        for c in closed:
-            totals = totals.add_step(self.config.mode, c.inputs)
+        mode = self.config.mode
+        sums = new_state.sums  # the request's sums before this event (shared with `request`)
         if self.check:
+            before = self.totals
+            totals, counters = before, sums.value()
+            for c in closed:
+                totals = totals.add_step(mode, c.inputs)
+                counters = counters.add_step(mode, c.inputs)
             check_invariants(totals)
-            check_invariants(new_state.counters)
-            check_monotone(self.totals, totals)
-        # Commit only now: everything above may raise.
+            check_invariants(counters)
+            check_monotone(before, totals)
+            # Commit only now: everything above may raise.
+            self.requests[request.request] = new_state
+            if closed:
+                sums.set(counters)
+                self._totals.set(totals)
+            return closed
+        # Commit: nothing below raises.
         self.requests[request.request] = new_state
-        self.totals = totals
+        for c in closed:
+            sums.add(mode, c.inputs)
+            self._totals.add(mode, c.inputs)
         return closed
+
+    def apply_block(self, request: str, step: int, events: BlockCounts) -> list[ClosedBlock]:
+        """Apply one block's events, ``(event class, count)`` for ``request`` at ``step``, in
+        order: exactly `apply` of each event in turn (same rules, same `IllegalEvent` for the
+        first illegal one, with the legal ones before it applied, E7). A block that opens and
+        closes in one go on a request with no open block takes a fast path (`_fast_block`)."""
+        inputs = self._fast_block(request, step, events)
+        if inputs is not None:
+            return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
+        closed: list[ClosedBlock] = []
+        for cls, count in events:
+            closed.extend(self.apply(cls(request, step, count)))
+        return closed
+
+    def _fast_block(
+        self, request: str, step: int, events: BlockCounts
+    ) -> StepInputs[int, bool] | None:
+        """Apply a whole block at once, or return None having changed nothing.
+
+        It applies only when the result cannot depend on anything but the block itself: runtime
+        checks off, the request active with no open block, ``step`` the current step, every
+        count an int, every rule the original. Then the events' outcome is a pure function of
+        (mode, k, drop_stale_output, structured, events), computed once by the very transitions
+        `apply` uses (`_block_event` on a fresh request) and memoised; an illegal block is never
+        taken here, so `apply` reports it event by event. The closed block is folded into the
+        request's and the engine's sums, as `apply` would fold it.
+        """
+        state = self.requests.get(request)
+        if (
+            state is None
+            or state.blocks
+            or state.status is not RequestStatus.ACTIVE
+            or self.check
+            or type(step) is not int
+            or step != self.current_step
+            or not _rules_intact()
+        ):
+            return None
+        key = (state.structured, events)
+        memo = self._blocks
+        if key in memo:
+            inputs = memo[key]
+        else:
+            for event in events:
+                if type(event[1]) is not int:
+                    return None
+            inputs = self._block_alone(state, step, events)
+            if len(memo) >= MAX_MEMO:
+                memo.clear()
+            memo[key] = inputs
+        if inputs is None:
+            return None
+        for event in events:  # True == 1: a bool count must go the way of `apply`
+            if type(event[1]) is not int:
+                return None
+        mode = self.config.mode
+        state.sums.add_unchecked(mode, inputs)
+        self._totals.add_unchecked(mode, inputs)
+        return inputs
+
+    def _block_alone(
+        self, state: RequestState, step: int, events: BlockCounts
+    ) -> StepInputs[int, bool] | None:
+        """The inputs of the block ``events`` close on ``state`` (active, no open block, at the
+        current step), by `_block_event` on a copy; None if any event is illegal or the events
+        do not close exactly that block."""
+        fresh = replace(state, blocks=(), sums=CounterSum.zero(self.config.k))
+        closed: list[ClosedBlock] = []
+        try:
+            for cls, count in events:
+                event = cls(state.request, step, count)
+                if not isinstance(event, BLOCK_EVENT_TYPES):
+                    return None
+                fresh, closed = self._block_event(fresh, event)
+        except IllegalEvent:
+            return None
+        if fresh.blocks or len(closed) != 1 or closed[0].outcome is not Outcome.APPLIED:
+            return None
+        return closed[0].inputs
 
     def run(self, events: Iterable[Event]) -> list[ClosedBlock]:
         """Apply events in order; return every block they closed. On the first error it raises
@@ -297,7 +404,7 @@ class Engine:
             if not isinstance(event.structured, bool):
                 raise self._illegal("structured must be a bool", event, rid, self.describe(rid))
             return RequestState(
-                rid, event.structured, RequestStatus.ACTIVE, (), Counters.zero(self.config.k)
+                rid, event.structured, RequestStatus.ACTIVE, (), CounterSum.zero(self.config.k)
             )
         state = self.requests.get(rid)
         if state is None:
@@ -335,10 +442,8 @@ class Engine:
             status = RequestStatus.FINISHED if finished else RequestStatus.ABORTED
             outcome = Outcome.DISCARDED_FINISHED if finished else Outcome.DISCARDED_ABORTED
             closed = [self._discard(state, block, outcome) for block in state.blocks]
-        counters = state.counters
-        for c in closed:
-            counters = counters.add_step(self.config.mode, c.inputs)
-        return replace(state, status=status, blocks=tuple(keep), counters=counters), closed
+        # The closed blocks are folded into the counters by `apply`.
+        return replace(state, status=status, blocks=tuple(keep)), closed
 
     def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
         if Stage.VERIFY not in block.stages:
@@ -428,8 +533,27 @@ class Engine:
             raise illegal("; ".join(reasons))
         outcome = Outcome.APPLIED if applied else Outcome.DISCARDED_STALE
         closed = ClosedBlock(rid, step, outcome, inputs)
-        counters = state.counters.add_step(mode, inputs)
-        return replace(state, blocks=others, counters=counters), [closed]
+        return replace(state, blocks=others), [closed]  # `apply` folds it into the counters
+
+
+MAX_MEMO = 1 << 16  # distinct blocks `Engine._fast_block` remembers (then it starts afresh)
+
+# A block's events as (event class, count), e.g. ((Propose, 4), (Verify, 4), (Accept, 2)).
+BlockCounts = tuple[tuple[type[BlockEvent], int], ...]
+BLOCK_EVENT_TYPES: tuple[type, ...] = tuple(BLOCK_EVENT_STAGE)
+
+
+def _rules() -> tuple[object, ...]:
+    mc = sys.modules[__name__]
+    return (mc.admissibility, mc.pipeline, mc.rfc_step, mc.legacy_step)
+
+
+_ORIGINAL_RULES = _rules()
+
+
+def _rules_intact() -> bool:
+    """True when no rule the machine or the counters use is patched (see `CounterSum`)."""
+    return _rules() == _ORIGINAL_RULES and rules_intact()
 
 
 def _is_count(value: object) -> bool:
