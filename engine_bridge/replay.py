@@ -34,7 +34,7 @@ from spectally.reference.counters import Counters
 from spectally.reference.errors import IllegalEvent, InvariantViolation
 from spectally.reference.events import Accept, Event, StepBegin
 from spectally.reference.invariants import check_invariants
-from spectally.reference.machine import Engine, EngineConfig, RequestState
+from spectally.reference.machine import BlockCounts, Engine, EngineConfig, RequestState
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.step import (
     LegacyStepCounts,
@@ -236,6 +236,19 @@ def block_profile(mode: Mode, x: StepInputs[int, bool]) -> BlockProfile:
     )
 
 
+@dataclass(frozen=True)
+class FastBlock:
+    """A request_step record shape known to replay clean on a request with no open block: its
+    events, the vllm-legacy counts of the block they close and its shift terms."""
+
+    events: BlockCounts
+    legacy: LegacyStepCounts[int]
+    shift: tuple[tuple[str, int], ...]  # nonzero Shift terms
+
+
+FAST_MEMO = 1 << 16  # distinct record shapes remembered (then the memo starts afresh)
+
+
 @dataclass
 class Held:
     """A lifecycle record whose event waits for the discarded blocks that follow it."""
@@ -313,6 +326,8 @@ class Replayer:
         self.totals_record: tuple[int, Record] | None = None
         self.open_blocks: list[str] = []
         self.line = 0
+        # (structured, record counts) -> FastBlock, or None: that shape takes the slow path.
+        self.fast: dict[tuple[Any, ...], FastBlock | None] = {}
 
     # -- driver ----------------------------------------------------------------------------------
 
@@ -467,6 +482,8 @@ class Replayer:
             raise BadInput(
                 self.path, line, 1, f"request_step for step {step} after that step's step_stats"
             )
+        if outcome == "applied" and self._fast_request_step(line, rec, rid, step):
+            return
         held = self.held.get(rid)
         if held is not None and not (outcome in DISCARDED_OUTCOMES and step <= held.step + 1):
             self._release(rid)
@@ -558,6 +575,89 @@ class Replayer:
             for i in range(lg.num_accepted_tokens):
                 self.legacy_pos[i] += 1
         self.shift.add(prof.shift)
+
+    def _fast_request_step(self, line: int, rec: Record, rid: str, step: int) -> bool:
+        """An applied block on a request with nothing pending (no held lifecycle event, no
+        quarantine, no open block): when its record shape is known to agree (`_fast_shape`),
+        the whole block goes to `Engine.try_block` at once and the legacy sums are advanced
+        from the memoised profile. Exactly what the slow path does for such a record; False
+        (nothing done) whenever anything differs, and the slow path takes the record."""
+        engine = self.engine
+        assert engine is not None and self.account is not None
+        if rid in self.held or rid in self.quarantined:
+            return False
+        state = engine.requests.get(rid)
+        if state is None:
+            return False
+        key = (
+            state.structured,
+            rec["proposed"],
+            rec["padding"],
+            rec["grammar_valid"],
+            rec["scheduled"],
+            rec["invalid"],
+            rec["verified"],
+            rec["accepted"],
+            rec["sampled"],
+        )
+        fast = self.fast
+        if key in fast:
+            plan = fast[key]
+        else:
+            if state.blocks or step != engine.current_step:
+                return False  # the shape is learnt on a request in the fast path's state
+            plan = self._fast_shape(state, rec)
+            if len(fast) >= FAST_MEMO:
+                fast.clear()
+            fast[key] = plan
+        if plan is None or engine.try_block(rid, step, plan.events) is None:
+            return False
+        self.checked += 1
+        lg = plan.legacy
+        self.account.add(line, rid, lg)
+        if lg.num_drafts:
+            total = self.legacy_sum
+            total[0] += lg.num_drafts
+            total[1] += lg.num_draft_tokens
+            total[2] += lg.num_accepted_tokens
+            per_pos = self.legacy_pos
+            for i in range(lg.num_accepted_tokens):
+                per_pos[i] += 1
+        shift = self.shift
+        for name, value in plan.shift:
+            setattr(shift, name, getattr(shift, name) + value)
+        return True
+
+    def _fast_shape(self, state: RequestState, rec: Record) -> FastBlock | None:
+        """The `FastBlock` of an applied record on ``state`` (active, no open block, current
+        step), or None when the slow path must take it: untranslatable, rejected by the
+        reference, or any check of `_request_step` failing."""
+        assert self.engine is not None
+        mode = self.mode
+        try:
+            plan = translate_block(mode, state.structured, rec)
+        except Untranslatable:
+            return None
+        if plan.accept is None:
+            return None
+        events: BlockCounts = (
+            *((type(e), _count(e)) for e in plan.events),
+            (Accept, plan.accept.num_tokens),
+        )
+        inputs = self.engine.block_inputs(state, rec["step"], events)
+        if inputs is None:
+            return None
+        prof = block_profile(mode, inputs)
+        act_invalid = rec["invalid"] or 0
+        exp_invalid = prof.invalid if plan.in_forward_pass else act_invalid
+        if (
+            prof.scheduled_slots != rec["scheduled"]
+            or exp_invalid != act_invalid
+            or max(rec["sampled"] - 1, 0) != rec["accepted"]
+        ):
+            return None
+        shift = tuple((n, v) for n, v in zip(SHIFT_TERMS, prof.shift, strict=True) if v)
+        return FastBlock(events, prof.legacy, shift)
 
     def _step_stats(self, line: int, rec: Record) -> None:
         account = self.account
@@ -873,6 +973,11 @@ def _col(rec: Record, name: str) -> int:
     text = json.dumps(rec, separators=(",", ":"))
     at = text.find(json.dumps(name) + ":")
     return at + 1 if at >= 0 else 1
+
+
+def _count(event: Event) -> int:
+    count: int = getattr(event, "num_tokens", None) or getattr(event, "num_slots", 0)
+    return count
 
 
 def _event_text(event: Event) -> str:

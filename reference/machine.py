@@ -222,7 +222,7 @@ class Engine:
         self.requests: dict[str, RequestState] = {}
         self._totals = CounterSum.zero(config.k)
         # (structured, block events) -> the closed block's inputs, or None when the events are
-        # not one legal, closing block from a request with no open block (see `_fast_block`).
+        # not one legal, closing block from a request with no open block (see `try_block`).
         self._blocks: dict[tuple[bool, BlockCounts], StepInputs[int, bool] | None] = {}
 
     @property
@@ -270,8 +270,8 @@ class Engine:
         """Apply one block's events, ``(event class, count)`` for ``request`` at ``step``, in
         order: exactly `apply` of each event in turn (same rules, same `IllegalEvent` for the
         first illegal one, with the legal ones before it applied, E7). A block that opens and
-        closes in one go on a request with no open block takes a fast path (`_fast_block`)."""
-        inputs = self._fast_block(request, step, events)
+        closes in one go on a request with no open block takes a fast path (`try_block`)."""
+        inputs = self.try_block(request, step, events)
         if inputs is not None:
             return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
         closed: list[ClosedBlock] = []
@@ -279,7 +279,7 @@ class Engine:
             closed.extend(self.apply(cls(request, step, count)))
         return closed
 
-    def _fast_block(
+    def try_block(
         self, request: str, step: int, events: BlockCounts
     ) -> StepInputs[int, bool] | None:
         """Apply a whole block at once, or return None having changed nothing.
@@ -311,7 +311,7 @@ class Engine:
             for event in events:
                 if type(event[1]) is not int:
                     return None
-            inputs = self._block_alone(state, step, events)
+            inputs = self.block_inputs(state, step, events)
             if len(memo) >= MAX_MEMO:
                 memo.clear()
             memo[key] = inputs
@@ -325,13 +325,15 @@ class Engine:
         self._totals.add_unchecked(mode, inputs)
         return inputs
 
-    def _block_alone(
+    def block_inputs(
         self, state: RequestState, step: int, events: BlockCounts
     ) -> StepInputs[int, bool] | None:
         """The inputs of the block ``events`` close on ``state`` (active, no open block, at the
         current step), by `_block_event` on a copy; None if any event is illegal or the events
-        do not close exactly that block."""
-        fresh = replace(state, blocks=(), sums=CounterSum.zero(self.config.k))
+        do not close exactly that block. Changes nothing."""
+        if state.blocks or state.status is not RequestStatus.ACTIVE or step != self.current_step:
+            return None
+        fresh = replace(state, sums=CounterSum.zero(self.config.k))
         closed: list[ClosedBlock] = []
         try:
             for cls, count in events:
@@ -536,7 +538,7 @@ class Engine:
         return replace(state, blocks=others), [closed]  # `apply` folds it into the counters
 
 
-MAX_MEMO = 1 << 16  # distinct blocks `Engine._fast_block` remembers (then it starts afresh)
+MAX_MEMO = 1 << 16  # distinct blocks `Engine.try_block` remembers (then it starts afresh)
 
 # A block's events as (event class, count), e.g. ((Propose, 4), (Verify, 4), (Accept, 2)).
 BlockCounts = tuple[tuple[type[BlockEvent], int], ...]
