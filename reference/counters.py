@@ -284,7 +284,7 @@ class CounterSum:
     def __init__(self, base: Counters) -> None:
         self.k = base.k
         self._base = base
-        self._pending: dict[tuple[Mode, StepInputs[int, bool]], int] = {}
+        self._pending: dict[Fold | tuple[Mode, StepInputs[int, bool]], int] = {}
         self._view: Counters | None = base
 
     @classmethod
@@ -297,13 +297,18 @@ class CounterSum:
             self._base = self.value().add_step(mode, x)
             self._view = self._base
             return
-        self.add_unchecked(mode, x)
-
-    def add_unchecked(self, mode: Mode, x: StepInputs[int, bool]) -> None:
-        """`add` for a caller that has just checked `rules_intact` itself."""
         pending = self._pending
         key = (mode, x)
         pending[key] = pending.get(key, 0) + 1
+        self._view = None
+        if len(pending) > self.MAX_PENDING:
+            self.value()
+
+    def add_fold(self, fold: Fold) -> None:
+        """`add` of ``fold.mode, fold.x`` for a caller that checked `rules_intact` itself,
+        keyed by the `Fold` object (no rehashing of the block on every fold)."""
+        pending = self._pending
+        pending[fold] = pending.get(fold, 0) + 1
         self._view = None
         if len(pending) > self.MAX_PENDING:
             self.value()
@@ -321,7 +326,8 @@ class CounterSum:
             return view
         total = self._base
         intact = rules_intact()
-        for (mode, x), n in self._pending.items():
+        for key, n in self._pending.items():
+            mode, x = (key.mode, key.x) if isinstance(key, Fold) else key
             if intact:
                 total = total.merge(_times(Counters.zero(self.k).add_step(mode, x), n))
             else:
@@ -342,6 +348,15 @@ class CounterSum:
 
     def __repr__(self) -> str:
         return f"CounterSum({self.value()!r})"
+
+
+class Fold:
+    """One block to fold, ``(mode, x)``, hashed by identity: a caller that folds the same
+    block many times keeps one `Fold` for it and `CounterSum.add_fold` counts it cheaply."""
+
+    def __init__(self, mode: Mode, x: StepInputs[int, bool]) -> None:
+        self.mode = mode
+        self.x = x
 
 
 def _times(c: Counters, n: int) -> Counters:

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from .arith import INT_ARITH
-from .counters import Counters, CounterSum, rules_intact
+from .counters import Counters, CounterSum, Fold, rules_intact
 from .errors import IllegalEvent
 from .events import (
     EVENT_TYPES,
@@ -223,7 +223,10 @@ class Engine:
         self._totals = CounterSum.zero(config.k)
         # (structured, block events) -> the closed block's inputs, or None when the events are
         # not one legal, closing block from a request with no open block (see `try_block`).
-        self._blocks: dict[tuple[bool, BlockCounts], StepInputs[int, bool] | None] = {}
+        self._blocks: dict[tuple[bool, BlockCounts], Fold | None] = {}
+        # Whether every rule is the original (no mutant): checked at construction and at every
+        # StepBegin, so the fast path sees a patch from the next engine step on.
+        self._rules_ok = _rules_intact()
 
     @property
     def totals(self) -> Counters:
@@ -300,13 +303,13 @@ class Engine:
             or self.check
             or type(step) is not int
             or step != self.current_step
-            or not _rules_intact()
+            or not self._rules_ok
         ):
             return None
         key = (state.structured, events)
         memo = self._blocks
         if key in memo:
-            inputs = memo[key]
+            fold = memo[key]
         else:
             for event in events:
                 if type(event[1]) is not int:
@@ -314,16 +317,15 @@ class Engine:
             inputs = self.block_inputs(state, step, events)
             if len(memo) >= MAX_MEMO:
                 memo.clear()
-            memo[key] = inputs
-        if inputs is None:
+            fold = memo[key] = None if inputs is None else Fold(self.config.mode, inputs)
+        if fold is None:
             return None
         for event in events:  # True == 1: a bool count must go the way of `apply`
             if type(event[1]) is not int:
                 return None
-        mode = self.config.mode
-        state.sums.add_unchecked(mode, inputs)
-        self._totals.add_unchecked(mode, inputs)
-        return inputs
+        state.sums.add_fold(fold)
+        self._totals.add_fold(fold)
+        return fold.x
 
     def block_inputs(
         self, state: RequestState, step: int, events: BlockCounts
@@ -381,6 +383,7 @@ class Engine:
                 self.describe(None),
             )
         self.current_step = event.step
+        self._rules_ok = _rules_intact()
 
     def _request_for(self, event: BlockEvent | RequestEvent) -> RequestState:
         rid: str = event.request

@@ -1,0 +1,297 @@
+"""The replay fast path is the plain engine, faster: `Engine.apply_block` / `try_block` and the
+lazy `CounterSum` against `Engine.apply` event by event, and the replay's shape memo against its
+slow path, on random traces and logs (legal and illegal)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.records import parse_line
+from spectally.engine_bridge.replay import Replayer, replay_file, result_json
+from spectally.reference import counters as ct
+from spectally.reference import machine as mc
+from spectally.reference import step as stp
+from spectally.reference.counters import Counters, CounterSum, Fold
+from spectally.reference.errors import IllegalEvent
+from spectally.reference.events import (
+    Accept,
+    AddRequest,
+    Event,
+    Finish,
+    Propose,
+    StepBegin,
+    Verify,
+)
+from spectally.reference.machine import BLOCK_EVENT_TYPES, Engine, EngineConfig
+from spectally.reference.step import Mode
+from strategies import event_traces
+
+Outcome = tuple[str, Any]
+
+
+def _state(engine: Engine) -> Any:
+    return (
+        engine.current_step,
+        engine.totals,
+        {rid: (s.status, s.blocks, s.counters) for rid, s in engine.requests.items()},
+    )
+
+
+def _blocks(events: list[Event]) -> Iterator[list[Event]]:
+    """Runs of block events of one (request, step) from a Propose up to the next Accept, and
+    every other event alone."""
+    run: list[Event] = []
+    for event in events:
+        if run:
+            same = isinstance(event, BLOCK_EVENT_TYPES) and (event.request, event.step) == (
+                run[0].request,  # type: ignore[union-attr]
+                run[0].step,  # type: ignore[union-attr]
+            )
+            if same and not isinstance(event, Propose):
+                run.append(event)
+                if isinstance(event, Accept):
+                    yield run
+                    run = []
+                continue
+            yield run
+            run = []
+        if isinstance(event, Propose):
+            run = [event]
+        else:
+            yield [event]
+    if run:
+        yield run
+
+
+def _counts(block: list[Event]) -> mc.BlockCounts:
+    return tuple(
+        (type(e), e.num_slots if hasattr(e, "num_slots") else e.num_tokens)  # type: ignore[union-attr]
+        for e in block
+    )
+
+
+def _plain(engine: Engine, group: list[Event]) -> Outcome:
+    closed: list[Any] = []
+    try:
+        for event in group:
+            closed.extend(engine.apply(event))
+    except IllegalEvent as exc:
+        return ("illegal", str(exc))
+    return ("ok", closed)
+
+
+def _fast(engine: Engine, group: list[Event]) -> Outcome:
+    try:
+        if len(group) > 1 or isinstance(group[0], Propose):
+            e = group[0]
+            closed = engine.apply_block(e.request, e.step, _counts(group))  # type: ignore[union-attr]
+        else:
+            closed = engine.apply(group[0])
+    except IllegalEvent as exc:
+        return ("illegal", str(exc))
+    return ("ok", closed)
+
+
+def _differential(config: EngineConfig, events: list[Event]) -> None:
+    plain, fast = Engine(config, check=False), Engine(config, check=False)
+    checked = Engine(config, check=True)
+    for group in _blocks(events):
+        expected = _plain(plain, group)
+        assert _fast(fast, group) == expected, group
+        assert _fast(checked, group) == expected, group
+        assert _state(fast) == _state(plain) == _state(checked)
+    assert fast.totals.to_dict() == plain.totals.to_dict()
+
+
+@given(event_traces())
+def test_apply_block_is_apply_event_by_event(case: tuple[EngineConfig, list[Event]]) -> None:
+    _differential(*case)
+
+
+@given(event_traces(), st.randoms(use_true_random=False))
+def test_apply_block_illegal_blocks(case: tuple[EngineConfig, list[Event]], rng: Any) -> None:
+    """Blocks with counts nudged off by -1..+2 (mostly illegal), and whole events dropped:
+    the same `IllegalEvent` text, the same legal prefix applied, the same state after."""
+    config, events = case
+    broken: list[Event] = []
+    for event in events:
+        if isinstance(event, BLOCK_EVENT_TYPES) and rng.random() < 0.25:
+            if rng.random() < 0.3:
+                continue
+            name = "num_slots" if hasattr(event, "num_slots") else "num_tokens"
+            value = getattr(event, name) + rng.choice([-1, 1, 2])
+            event = replace(event, **{name: value})  # type: ignore[type-var]
+        broken.append(event)
+    _differential(config, broken)
+
+
+def _steps(mode: Mode, k: int) -> list[Event]:
+    return [StepBegin(0), AddRequest("a", 0, structured=False)]
+
+
+def test_try_block_preconditions() -> None:
+    config = EngineConfig(Mode.SYNC, 4)
+    e = Engine(config, check=False)
+    block = ((Propose, 2), (Verify, 2), (Accept, 1))
+    assert e.try_block("a", 0, block) is None  # no such request
+    e.run(_steps(Mode.SYNC, 4))
+    assert e.try_block("a", True, block) is None  # type: ignore[arg-type]  # bool step
+    assert e.try_block("a", 0, ((Propose, True), (Verify, 1), (Accept, 1))) is None
+    assert e._blocks == {}  # a bool count is never memoised
+    assert e.try_block("a", 0, ((Propose, 2), (Verify, 2))) is None  # does not close
+    assert e.try_block("a", 0, ((Propose, 2), (Finish, 0))) is None  # not a block event
+    assert e.try_block("a", 0, ((Propose, 5), (Verify, 5), (Accept, 1))) is None  # illegal
+    x = e.try_block("a", 0, block)
+    assert x is not None and x.accepted == 1
+    # Memoised as int counts: the same shape with bool counts still goes event by event.
+    assert e.try_block("a", 0, ((Propose, 1), (Verify, 1), (Accept, 1))) is not None
+    assert e.try_block("a", 0, ((Propose, True), (Verify, 1), (Accept, 1))) is None
+    with pytest.raises(IllegalEvent, match="count must be an int"):
+        e.apply_block("a", 0, ((Propose, True), (Verify, 1), (Accept, 1)))
+    # A second block in the same step after the first closed: `apply` takes it too (E3 only
+    # refuses a second Propose while the step's block is open), so the fast path does.
+    assert e.try_block("a", 0, block) == x
+    e.apply(StepBegin(1))
+    e.apply(Propose("a", 1, 1))
+    assert e.try_block("a", 1, block) is None  # an open block
+    assert e.block_inputs(e.requests["a"], 1, block) is None
+    e.apply(Finish("a", 1))
+    assert e.try_block("a", 1, block) is None  # finished
+    assert Engine(config, check=True).try_block("a", 0, block) is None
+
+
+def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mc, "MAX_MEMO", 2)
+    e = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
+    plain = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
+    for step in range(6):
+        for eng in (e, plain):
+            eng.apply(StepBegin(step))
+            eng.apply(AddRequest(f"r{step}", step))
+        n = step % 4
+        e.apply_block(f"r{step}", step, ((Propose, n), (Verify, n), (Accept, 0)))
+        rid = f"r{step}"
+        plain.run([Propose(rid, step, n), Verify(rid, step, n), Accept(rid, step, 0)])
+        assert len(e._blocks) <= 2
+    assert e.totals == plain.totals
+
+
+def _inputs(rng: random.Random) -> stp.StepInputs[int, bool]:
+    return stp.StepQuery(Mode.ASYNC, 3, rng.randint(0, 3), applied=rng.random() < 0.8).inputs()
+
+
+def test_counter_sum_is_the_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(5)
+    monkeypatch.setattr(CounterSum, "MAX_PENDING", 3)
+    s, folds = CounterSum.zero(4), {}
+    expected = Counters.zero(4)
+    for _ in range(200):
+        x = _inputs(rng)
+        expected = expected.add_step(Mode.ASYNC, x)
+        if rng.random() < 0.5:
+            s.add(Mode.ASYNC, x)
+        else:
+            s.add_fold(folds.setdefault(x, Fold(Mode.ASYNC, x)))
+        if rng.random() < 0.1:
+            assert s.value() == expected
+            assert s.value() is s.value()  # one object until the next fold
+    assert s.value() == expected
+    other = CounterSum(expected)
+    assert s == other and hash(s) == hash(other) and repr(s) == f"CounterSum({expected!r})"
+    assert s != expected  # not a Counters
+    s.set(Counters.zero(4))
+    assert s.value() == Counters.zero(4)
+
+
+def test_patched_rules_fold_block_by_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A patched rule (a mutant) reaches the sum: pending blocks and later ones are folded with
+    `Counters.add_step` one by one, under the patched rule."""
+    x = stp.StepQuery(Mode.SYNC, 2, 1).inputs()
+    s = CounterSum.zero(2)
+    s.add(Mode.SYNC, x)  # pending, folded under the patch below
+    original = stp.rfc_step
+
+    def doubled(mode: Mode, y: Any, ar: Any) -> Any:
+        c = original(mode, y, ar)
+        return replace(c, padding=ar.add(c.padding, ar.lit(1)))
+
+    for module in (stp, ct, mc):
+        monkeypatch.setattr(module, "rfc_step", doubled)
+    assert not ct.rules_intact() and not mc._rules_intact()
+    s.add(Mode.SYNC, x)
+    assert s.value().rfc.padding == 2  # both blocks under the patched rule
+    e = Engine(EngineConfig(Mode.SYNC, 2), check=False)
+    e.run([StepBegin(0), AddRequest("a", 0)])
+    block = ((Propose, 2), (Verify, 2), (Accept, 1))
+    assert e.try_block("a", 0, block) is None  # the fast path is off under a patch
+    e.apply_block("a", 0, block)
+    assert e.totals.rfc.padding == 1 == e.request_counters("a").rfc.padding
+
+
+# -- the replay's fast path against its slow path ---------------------------------------------
+
+
+def _replay(lines: list[bytes], fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    with monkeypatch.context() as m:
+        if not fast:
+            m.setattr(Replayer, "_fast_request_step", lambda *a: False)
+        out = replay_file(
+            "log",
+            progress=False,
+            max_divergences=50,
+            lines=((n, raw.rstrip(b"\n"), True) for n, raw in enumerate(lines, start=1)),
+        )
+    return result_json(out)
+
+
+def _corrupt(lines: list[bytes], rng: random.Random) -> list[bytes]:
+    """Nudge a few request_step counts and outcomes (divergences, illegal blocks)."""
+    out: list[bytes] = []
+    for raw in lines:
+        rec = json.loads(raw)
+        if rec["record"] == "request_step" and rng.random() < 0.03:
+            name = rng.choice(["proposed", "scheduled", "accepted", "sampled", "grammar_valid"])
+            if rec.get(name) is not None:
+                rec[name] = max(0, rec[name] + rng.choice([-1, 1, 2]))
+            if rng.random() < 0.2:
+                rec["outcome"] = "discarded_preempted"
+        out.append(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_replay_fast_path_is_the_slow_path(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    lines = list(
+        synth.lines(
+            1200,
+            mode=rng.choice(["sync", "async"]),
+            av=rng.random() < 0.5,
+            k=rng.randint(1, 5),
+            batch=rng.randint(2, 12),
+            mean_steps=rng.randint(2, 20),
+            seed=seed,
+        )
+    )
+    for log in (lines, _corrupt(lines, rng)):
+        assert _replay(log, True, monkeypatch) == _replay(log, False, monkeypatch)
+
+
+def test_replay_fast_path_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spectally.engine_bridge import replay as rp
+
+    monkeypatch.setattr(rp, "FAST_MEMO", 4)
+    replayer = Replayer("synthetic")
+    for n, raw in enumerate(synth.lines(800, seed=3), start=1):
+        replayer.feed(n, parse_line("synthetic", n, raw[:-1], True))
+        assert len(replayer.fast) <= 4
+    replayer.finish()
+    assert not replayer.divergences
