@@ -287,7 +287,13 @@ def iter_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
 def parse_line(path: str, lineno: int, line: bytes, has_newline: bool) -> Record:
     """Decode and validate one line; raise `BadInput` with file:line:column otherwise."""
     try:
-        obj = json.loads(line)
+        # A line opening with '{"' is UTF-8 to json.loads's own detection (no BOM, no UTF-16/32
+        # NUL pattern), so decoding it here as json does ("surrogatepass") is the same parse,
+        # without json's per-call encoding detection.
+        if line[:2] == b'{"':
+            obj = json.loads(line.decode("utf-8", "surrogatepass"))
+        else:
+            obj = json.loads(line)
     except UnicodeDecodeError as exc:
         raise BadInput(path, lineno, exc.start + 1, "line is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
