@@ -396,3 +396,31 @@ RECORDED_LOGS = [
 def test_recorded_vllm_log_lines_are_consistent(path: Path) -> None:
     findings = logs.check_files([str(path)])
     assert [f.render() for f in findings if f.verdict == VIOLATION] == []
+
+
+# Artifacts of real served vLLM runs (scripts/capture_vllm.sh, serve_capture.py): the server's
+# stdout, its /metrics scrapes and the per-request metrics of every response.
+SERVED_RUNS = sorted(
+    p.name.removesuffix(".prom")
+    for p in (Path(__file__).parent / "fixtures" / "vllm").glob("serve-*.prom")
+)
+
+
+def test_served_runs_are_committed() -> None:
+    assert len(SERVED_RUNS) >= 3
+
+
+@pytest.mark.parametrize("run", SERVED_RUNS)
+def test_recorded_vllm_artifacts_are_consistent(run: str) -> None:
+    base = Path(__file__).parent / "fixtures" / "vllm" / run
+    runner = CliRunner()
+    for args in (
+        ["prometheus", f"{base}.prom"],
+        ["logs", "--metrics", f"{base}.prom", f"{base}.log"],
+        ["requests", "--metrics", f"{base}.prom", f"{base}.requests.jsonl"],
+    ):
+        result = runner.invoke(import_group, [*args, "--json"])
+        assert result.exit_code == 0, (args, result.output)
+        findings = json.loads(result.output)
+        rows = findings["findings"] if isinstance(findings, dict) else findings
+        assert rows and all(row["verdict"] != VIOLATION for row in rows), args
