@@ -11,12 +11,24 @@ from typing import Any
 import click
 from spectally import __version__
 
-# name -> "module:attribute" of a click command, loaded on first use.
-LAZY_COMMANDS: dict[str, tuple[str, str]] = {
-    "vectors": ("spectally.spec.vectors_cli:vectors", "check the reference against every vector"),
-    "prove": ("spectally.proofs.cli:prove", "prove the invariants with Z3 (needs [proofs])"),
-    "replay": ("spectally.engine_bridge.cli:replay", "replay engine logs through the reference"),
-    "import": ("spectally.engine_bridge.cli:import_group", "check what engines already emit"),
+# name -> ("module:attribute" of a click command loaded on first use, help, extra it needs).
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "vectors": (
+        "spectally.spec.vectors_cli:vectors",
+        "check the reference against every vector",
+        "",
+    ),
+    "prove": ("spectally.proofs.cli:prove", "prove the invariants with Z3", "proofs"),
+    "replay": (
+        "spectally.engine_bridge.cli:replay",
+        "replay engine logs through the reference",
+        "bridge",
+    ),
+    "import": (
+        "spectally.engine_bridge.cli:import_group",
+        "check what engines already emit",
+        "bridge",
+    ),
 }
 
 
@@ -26,13 +38,13 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in LAZY_COMMANDS:
-            target = LAZY_COMMANDS[cmd_name][0]
+            target, _, extra = LAZY_COMMANDS[cmd_name]
             module_name, attr = target.split(":")
             try:
                 module = importlib.import_module(module_name)
-            except ImportError as exc:  # a missing optional dependency: say which
-                raise click.ClickException(
-                    f"'{cmd_name}' is unavailable: {exc}. Install spectally[dev]."
+            except ImportError as exc:  # a missing optional dependency: say which (exit 2)
+                raise click.UsageError(
+                    f"'{cmd_name}' is unavailable ({exc}); install spectally[{extra or 'dev'}]"
                 ) from exc
             command: click.Command = getattr(module, attr)
             return command
