@@ -112,10 +112,16 @@ class Abort:
 @dataclass(frozen=True)
 class Preempt:
     """The request was preempted. Blocks not yet in the forward pass are discarded; a block in
-    flight (async) goes stale: its later Accept is discarded, not applied."""
+    flight (async) goes stale: its later Accept is discarded, not applied.
+
+    ``drop_stale_output``: whether the engine drops that stale output (vLLM decides per
+    preemption); None means the engine's configured default. It changes only what the
+    vllm-legacy profile reports: the rfc profile discards stale output either way.
+    """
 
     request: str
     step: int
+    drop_stale_output: bool | None = None
 
 
 BlockEvent = Propose | Pad | GrammarReject | Truncate | AVSkip | Verify | Accept

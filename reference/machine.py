@@ -19,7 +19,9 @@ E5  Counts. Counts are >= 0 and bounded by what reaches the stage: the block hol
     reached the target, and ``Accept`` at most the eligible ones (step.admissibility).
 E6  Closing. ``Accept`` closes a block: applied, or discarded if the block went stale.
     ``Finish``/``Abort`` discard every open block of the request and end it. ``Preempt``
-    discards blocks not yet verified and makes verified (in-flight, async) blocks stale.
+    discards blocks not yet verified and makes verified (in-flight, async) blocks stale; the
+    engine drops a stale output (so vllm-legacy does not count it either) when the Preempt's
+    ``drop_stale_output`` says so, or, when that is None, the engine's configured default.
     A closed block is folded into the counters by ``step.rfc_step`` / ``step.legacy_step``.
 E7  Atomicity. An illegal event raises `IllegalEvent` naming request, step, state and event,
     and changes nothing. After every legal event all invariants (invariants.py) hold.
@@ -135,6 +137,7 @@ class Block:
     schedule_cap: int | None = None
     av_cap: int | None = None
     stale: bool = False
+    stale_dropped: bool = False  # the engine drops this stale output (vllm-legacy then skips it)
 
     @property
     def last_stage(self) -> Stage:
@@ -171,6 +174,7 @@ class RequestState:
     status: RequestStatus
     blocks: tuple[Block, ...]  # open blocks, oldest first
     sums: CounterSum
+    last_block_step: int | None = None  # step of the latest block opened (E3: one per step)
 
     @property
     def counters(self) -> Counters:
@@ -303,6 +307,7 @@ class Engine:
             or self.check
             or type(step) is not int
             or step != self.current_step
+            or state.last_block_step == step
             or not self._rules_ok
         ):
             return None
@@ -325,6 +330,9 @@ class Engine:
                 return None
         state.sums.add_fold(fold)
         self._totals.add_fold(fold)
+        self.requests[request] = RequestState(
+            state.request, state.structured, state.status, (), state.sums, step
+        )
         return fold.x
 
     def block_inputs(
@@ -335,7 +343,7 @@ class Engine:
         do not close exactly that block. Changes nothing."""
         if state.blocks or state.status is not RequestStatus.ACTIVE or step != self.current_step:
             return None
-        fresh = replace(state, sums=CounterSum.zero(self.config.k))
+        fresh = replace(state, sums=CounterSum.zero(self.config.k), last_block_step=None)
         closed: list[ClosedBlock] = []
         try:
             for cls, count in events:
@@ -435,11 +443,21 @@ class Engine:
         closed: list[ClosedBlock] = []
         keep: list[Block] = []
         if isinstance(event, Preempt):
+            drop = event.drop_stale_output
+            if drop is None:
+                drop = self.config.drop_stale_output
+            elif not isinstance(drop, bool):
+                raise self._illegal(
+                    "drop_stale_output must be a bool or None",
+                    event,
+                    state.request,
+                    state.describe(),
+                )
             status = RequestStatus.ACTIVE
             for block in state.blocks:
                 in_flight = self.config.mode is Mode.ASYNC and Stage.VERIFY in block.stages
                 if in_flight:
-                    keep.append(replace(block, stale=True))
+                    keep.append(replace(block, stale=True, stale_dropped=drop))
                 else:
                     closed.append(self._discard(state, block, Outcome.DISCARDED_PREEMPTED))
         else:
@@ -478,6 +496,8 @@ class Engine:
                 raise illegal(f"no open block at step {step}: a block opens with Propose or Pad")
             if step != self.current_step:
                 raise illegal("a block can only be opened in the current step")
+            if state.last_block_step == step:
+                raise illegal(f"a request has at most one draft block per step (step {step})")
             # Sync runs one block at a time; async may schedule the next block while the
             # previous one is in the forward pass (verified, result not yet back).
             if mode is Mode.SYNC and state.blocks:
@@ -528,10 +548,10 @@ class Engine:
         others = tuple(b for b in state.blocks if b.step != step)
         if not isinstance(event, Accept):
             blocks = tuple(sorted((*others, block), key=lambda b: b.step))
-            return replace(state, blocks=blocks), []
+            return replace(state, blocks=blocks, last_block_step=step), []
 
         applied = not block.stale
-        reported = applied or not self.config.drop_stale_output
+        reported = applied or not block.stale_dropped
         inputs = block.inputs(state.structured, count, applied, reported)
         reasons = [r for r, ok in admissibility(mode, inputs, INT_ARITH, k) if not ok]
         if reasons:

@@ -68,7 +68,7 @@ ADMISSIBILITY_RULES: dict[str, str] = {
 ILLEGAL_EVENT_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), rule)
     for pattern, rule in (
-        (r"at most one proposal per step", "E3"),
+        (r"at most one proposal per step|at most one draft block per step", "E3"),
         (r"^step must be|^steps must increase|has not begun", "E1"),
         (r"^request id|^unknown request|^request already|request is added", "E2"),
         (r"no open block|block can only be opened|previous block", "E3"),
@@ -90,7 +90,7 @@ EVENT_FIELDS: dict[str, tuple[type, dict[str, type], dict[str, type]]] = {
     "Accept": (ev.Accept, {"request": str, "step": int, "num_tokens": int}, {}),
     "Finish": (ev.Finish, {"request": str, "step": int}, {"reason": str}),
     "Abort": (ev.Abort, {"request": str, "step": int}, {}),
-    "Preempt": (ev.Preempt, {"request": str, "step": int}, {}),
+    "Preempt": (ev.Preempt, {"request": str, "step": int}, {"drop_stale_output": bool}),
 }
 
 OUTCOMES = (

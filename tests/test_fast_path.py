@@ -151,18 +151,23 @@ def test_try_block_preconditions() -> None:
     assert e.try_block("a", 0, ((Propose, 5), (Verify, 5), (Accept, 1))) is None  # illegal
     x = e.try_block("a", 0, block)
     assert x is not None and x.accepted == 1
-    # Memoised as int counts: the same shape with bool counts still goes event by event.
-    assert e.try_block("a", 0, ((Propose, 1), (Verify, 1), (Accept, 1))) is not None
-    assert e.try_block("a", 0, ((Propose, True), (Verify, 1), (Accept, 1))) is None
-    with pytest.raises(IllegalEvent, match="count must be an int"):
-        e.apply_block("a", 0, ((Propose, True), (Verify, 1), (Accept, 1)))
-    # A second block in the same step after the first closed: `apply` takes it too (E3 only
-    # refuses a second Propose while the step's block is open), so the fast path does.
-    assert e.try_block("a", 0, block) == x
+    # E3: a second block for the same request in the same step is illegal, so the fast path
+    # declines it and `apply_block` reports it event by event.
+    assert e.try_block("a", 0, block) is None
+    with pytest.raises(IllegalEvent, match="at most one draft block per step"):
+        e.apply_block("a", 0, block)
     e.apply(StepBegin(1))
-    e.apply(Propose("a", 1, 1))
-    assert e.try_block("a", 1, block) is None  # an open block
-    assert e.block_inputs(e.requests["a"], 1, block) is None
+    # Memoised as int counts: the same shape with bool counts still goes event by event.
+    assert e.try_block("a", 1, ((Propose, 1), (Verify, 1), (Accept, 1))) is not None
+    e.apply(StepBegin(2))
+    assert e.try_block("a", 2, ((Propose, True), (Verify, 1), (Accept, 1))) is None
+    with pytest.raises(IllegalEvent, match="count must be an int"):
+        e.apply_block("a", 2, ((Propose, True), (Verify, 1), (Accept, 1)))
+    assert e.try_block("a", 2, block) == x
+    e.apply(StepBegin(3))
+    e.apply(Propose("a", 3, 1))
+    assert e.try_block("a", 3, block) is None  # an open block
+    assert e.block_inputs(e.requests["a"], 3, block) is None
     e.apply(Finish("a", 1))
     assert e.try_block("a", 1, block) is None  # finished
     assert Engine(config, check=True).try_block("a", 0, block) is None
@@ -295,3 +300,69 @@ def test_replay_fast_path_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> No
         assert len(replayer.fast) <= 4
     replayer.finish()
     assert not replayer.divergences
+
+
+# -- the replay's inlined hot loop (Replayer.feed_lines) against parse_line + feed -------------
+
+
+def _per_record(lines: list[bytes]) -> dict[str, Any]:
+    """The plain path: parse_line + feed for every line (no inlined validation)."""
+    from spectally.engine_bridge.records import BadInput
+    from spectally.engine_bridge.replay import ReplayResult, StopReplay
+
+    replayer = Replayer("log", max_divergences=50)
+    bad: BadInput | None = None
+    try:
+        for n, raw in enumerate(lines, start=1):
+            replayer.feed(n, parse_line("log", n, raw.rstrip(b"\n"), True))
+        replayer.finish()
+    except StopReplay:
+        pass
+    except BadInput as exc:
+        bad = exc
+    status = "bad_input" if bad else ("diverge" if replayer.divergences else "agree")
+    summary = replayer.summary() if replayer.header is not None and bad is None else {}
+    return result_json(
+        ReplayResult("log", status, replayer.divergences, bad, summary, replayer.notes)
+    )
+
+
+_BAD_VALUES: list[Any] = [-1, 1.0, 2.0, True, False, None, "1", "", [], {}, 0, 7]
+
+
+def _mistype(lines: list[bytes], rng: random.Random) -> list[bytes]:
+    """Give one request_step record a wrong value, a missing or an extra field."""
+    out = list(lines)
+    picks = [i for i, raw in enumerate(out) if b'"request_step"' in raw]
+    i = rng.choice(picks)
+    rec = json.loads(out[i])
+    roll = rng.random()
+    if roll < 0.7:
+        rec[rng.choice(list(rec))] = rng.choice(_BAD_VALUES)
+    elif roll < 0.85:
+        del rec[rng.choice(list(rec))]
+    else:
+        rec[rng.choice(["meta", "extra", "num_drafts"])] = rng.choice([{}, 1])
+    out[i] = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_feed_lines_validates_as_parse_line(seed: int) -> None:
+    """Every wrong type, missing or extra field in a request_step record gives the same
+    BadInput (or the same replay) through the inlined loop as through parse_line + feed."""
+    from spectally.engine_bridge.records import request_step_inline_ok
+
+    assert request_step_inline_ok()  # the inline check matches the schema's request_step
+    rng = random.Random(seed)
+    lines = list(synth.lines(600, mode=rng.choice(["sync", "async"]), batch=4, seed=seed))
+    log = _mistype(lines, rng) if seed else lines
+    hot = result_json(
+        replay_file(
+            "log",
+            progress=False,
+            max_divergences=50,
+            lines=((n, raw.rstrip(b"\n"), True) for n, raw in enumerate(log, start=1)),
+        )
+    )
+    assert hot == _per_record(log)

@@ -230,7 +230,8 @@ class EngineMachine(RuleBasedStateMachine):
     def preempt_in_flight(self, data: st.DataObject) -> None:
         """Preempt a request whose block is in the forward pass (async: it goes stale)."""
         state = data.draw(st.sampled_from(self.in_flight()))
-        self.attempt(Preempt(state.request, self.e.current_step), legal=True)
+        drop = data.draw(st.sampled_from([None, False, True]))
+        self.attempt(Preempt(state.request, self.e.current_step, drop), legal=True)
 
     def stale_blocks(self) -> list[tuple[RequestState, Block]]:
         return [(s, b) for s, b in open_blocks(self.e) if b.stale]
@@ -246,6 +247,24 @@ class EngineMachine(RuleBasedStateMachine):
         )
         assert [c.outcome for c in closed] == [Outcome.DISCARDED_STALE]
 
+    @precondition(lambda self: self.engine is not None and self.e.current_step is not None)
+    @rule(data=st.data())
+    def preempted_in_flight_scenario(self, data: st.DataObject) -> None:
+        """A fresh request's block reaches the forward pass, the request is preempted, then the
+        result arrives (async: discarded as stale; sync: the preemption discarded it). A deep
+        path the single-event rules reach too rarely on their own."""
+        self.add_request(structured=False)
+        rid, step = f"r{self.next_id - 1}", self.e.current_step
+        assert step is not None
+        n = data.draw(st.integers(0, self.k))
+        self.attempt(Propose(rid, step, n), legal=True)
+        self.attempt(Verify(rid, step, n), legal=True)
+        drop = data.draw(st.sampled_from([None, False, True]))
+        self.attempt(Preempt(rid, step, drop), legal=True)
+        if self.mode is ASYNC:
+            closed = self.attempt_closing(Accept(rid, step, data.draw(st.integers(0, n))))
+            assert [c.outcome for c in closed] == [Outcome.DISCARDED_STALE]
+
     # -- block stages, legal counts ---------------------------------------------------------
     # Preconditions keep Hypothesis from spending steps on rules that have nothing to do.
 
@@ -255,6 +274,7 @@ class EngineMachine(RuleBasedStateMachine):
             s
             for s in self.active()
             if s.block_at(cur) is None  # type: ignore[arg-type]
+            and s.last_block_step != cur  # E3: one block per request and step
             and not (self.mode is SYNC and s.blocks)
             and all(Stage.VERIFY in b.stages for b in s.blocks)
         ]
@@ -591,9 +611,12 @@ def test_proposing_twice_in_a_step(mode: Mode) -> None:
     e.apply(Propose("a", 0, 2))
     assert_illegal(e, Propose("a", 0, 1), "at most one proposal per step")
     e.run([Verify("a", 0, 2), Accept("a", 0, 1)])
-    # Closed, but the step still had its block: a second proposal opens a new one only if
-    # legal by the other rules (here: allowed, the previous block is closed).
-    e.apply(Propose("a", 0, 1))
+    # Closed, but the step already had its block: E3 refuses a second one in the same step,
+    # whatever opens it, and the next step may open one again.
+    assert_illegal(e, Propose("a", 0, 1), "at most one draft block per step")
+    assert_illegal(e, Pad("a", 0, 1), "at most one draft block per step")
+    e.apply(StepBegin(1))
+    e.apply(Propose("a", 1, 1))
 
 
 def test_pad_then_propose_is_out_of_order() -> None:
@@ -830,6 +853,25 @@ def test_preempt_async_makes_in_flight_blocks_stale(drop: bool) -> None:
     assert (r.drafted, r.accepted, r.discarded_steps, r.discarded_verified) == (0, 0, 2, 3)
     # vLLM 0.32 still counts a stale output unless drop_stale_output.
     assert (lg.num_drafts, lg.num_accepted_tokens) == ((0, 0) if drop else (1, 2))
+
+
+@pytest.mark.parametrize("default", [False, True])
+@pytest.mark.parametrize("drop", [False, True])
+def test_preempt_decides_drop_stale_output_per_preemption(default: bool, drop: bool) -> None:
+    """vLLM decides per preemption whether stale output is dropped: the Preempt's own flag
+    overrides the engine default for the legacy profile; rfc discards stale output either way."""
+    e = engine_at(ASYNC, drop_stale_output=default)
+    e.run([Propose("a", 0, 3), Verify("a", 0, 3), Preempt("a", 0, drop_stale_output=drop)])
+    e.apply(Accept("a", 0, 2))
+    r, lg = e.totals.rfc, e.totals.legacy
+    assert (r.drafted, r.spec_steps, r.discarded_steps) == (0, 0, 1)
+    assert (lg.num_drafts, lg.num_accepted_tokens) == ((0, 0) if drop else (1, 2))
+
+
+def test_preempt_drop_flag_must_be_bool() -> None:
+    e = engine_at(ASYNC)
+    e.run([Propose("a", 0, 3), Verify("a", 0, 3)])
+    assert_illegal(e, Preempt("a", 0, drop_stale_output=1), "must be a bool or None")  # type: ignore[arg-type]
 
 
 def test_step_counts_json_shape() -> None:
