@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
+from operator import itemgetter
 from typing import Any, BinaryIO
 
 from jsonschema import Draft202012Validator
@@ -304,8 +305,66 @@ def parse_line(path: str, lineno: int, line: bytes, has_newline: bool) -> Record
         if not line.strip():
             raise BadInput(path, lineno, 1, "empty line") from None
         raise BadInput(path, lineno, exc.colno, f"bad JSON: {exc.msg}") from None
+    return check_record(path, lineno, line, obj)
+
+
+def check_record(path: str, lineno: int, line: bytes, obj: Any) -> Record:
+    """Validate a decoded line (``obj``, parsed from ``line``); raise `BadInput` otherwise."""
+    if type(obj) is dict:  # the fast path first: the line's text is needed only for errors
+        kind = obj.get("record")
+        if kind == "request":
+            if _fast_request_ok(obj):
+                return obj
+        elif type(kind) is str:
+            spec = _fast_specs().get(kind)
+            if spec is not None and _fast_ok(obj, spec):
+                return obj
     error = validate(obj, line.decode("utf-8", "replace"))
     if error is not None:
         raise BadInput(path, lineno, error[0], error[1])
     record: Record = obj
     return record
+
+
+# The request_step fields in the order `REQUEST_STEP_FIELDS` fetches them (replay's hot loop
+# unpacks them in one C call and checks them inline, exactly as `_fast_ok` does).
+REQUEST_STEP_ORDER = (
+    "record",
+    "step",
+    "request",
+    "outcome",
+    "proposed",
+    "padding",
+    "grammar_valid",
+    "scheduled",
+    "invalid",
+    "verified",
+    "accepted",
+    "sampled",
+)
+REQUEST_STEP_FIELDS = itemgetter(*REQUEST_STEP_ORDER)
+_REQUEST_STEP_COUNTS = frozenset(
+    ("step", "proposed", "padding", "scheduled", "accepted", "sampled")
+)
+_REQUEST_STEP_NULLABLE = frozenset(("grammar_valid", "invalid", "verified"))
+
+
+@lru_cache(maxsize=1)
+def request_step_inline_ok() -> bool:
+    """Whether the schema's request_step record is the one replay's inline check knows (those
+    required fields, those types, ``meta`` the only optional field, ``request`` a non-empty
+    string); if the schema changes, replay validates every record through `check_record`."""
+    spec = _fast_specs()["request_step"]
+    props = load_schema()["$defs"]["request_step"]["properties"]
+    return (
+        spec.required == frozenset(REQUEST_STEP_ORDER)
+        and spec.allowed == spec.required | {"meta"}
+        and frozenset(spec.counts) == _REQUEST_STEP_COUNTS
+        and frozenset(spec.nullable_counts) == _REQUEST_STEP_NULLABLE
+        and [name for name, _ in spec.enums] == ["outcome"]
+        and "applied" in spec.enums[0][1]
+        and props["record"] == {"const": "request_step"}
+        and props["request"] == {"$ref": "#/$defs/request_id"}
+        and {k: v for k, v in load_schema()["$defs"]["request_id"].items() if k != "description"}
+        == {"type": "string", "minLength": 1}
+    )

@@ -45,7 +45,16 @@ from spectally.reference.step import (
     pipeline,
 )
 
-from .records import BadInput, Record, iter_lines, parse_line
+from .records import (
+    REQUEST_STEP_FIELDS,
+    REQUEST_STEP_ORDER,
+    BadInput,
+    Record,
+    check_record,
+    iter_lines,
+    parse_line,
+    request_step_inline_ok,
+)
 from .translate import (
     DISCARDED_OUTCOMES,
     LEGACY_MAX_VERSION,
@@ -127,24 +136,32 @@ class StepAccount:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     per_pos: list[int] = field(default_factory=list)
-    blocks: list[tuple[int, str, int, int, int]] = field(default_factory=list)
+    # (line, request, (legacy num_drafts, num_draft_tokens, num_accepted_tokens)) per block
+    blocks: list[tuple[int, str, tuple[int, int, int]]] = field(default_factory=list)
     tainted: str | None = None
     reported: bool = False
+    # fast-path blocks not yet summed: FastBlock -> how many (see `Replayer._fold_fast`)
+    fast: dict[FastBlock, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.per_pos:
             self.per_pos = [0] * self.k
 
     def add(self, line: int, rid: str, lg: LegacyStepCounts[int]) -> None:
-        self.blocks.append((line, rid, lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens))
+        self.blocks.append(
+            (line, rid, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens))
+        )
+        self.add_legacy(lg, 1)
+
+    def add_legacy(self, lg: LegacyStepCounts[int], n: int) -> None:
         if not lg.num_drafts:
             return
-        self.num_drafts += lg.num_drafts
-        self.num_draft_tokens += lg.num_draft_tokens
-        self.num_accepted_tokens += lg.num_accepted_tokens
+        self.num_drafts += n * lg.num_drafts
+        self.num_draft_tokens += n * lg.num_draft_tokens
+        self.num_accepted_tokens += n * lg.num_accepted_tokens
         per_pos = self.per_pos
         for i in range(lg.num_accepted_tokens):
-            per_pos[i] += 1
+            per_pos[i] += n
 
     def values(self) -> tuple[int, int, int, list[int]]:
         return self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens, self.per_pos
@@ -236,14 +253,16 @@ def block_profile(mode: Mode, x: StepInputs[int, bool]) -> BlockProfile:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FastBlock:
     """A request_step record shape known to replay clean on a request with no open block: its
-    events, the vllm-legacy counts of the block they close and its shift terms."""
+    events, the vllm-legacy counts of the block they close and its shift terms. Compared and
+    hashed by identity (a step's account counts its fast blocks per FastBlock object)."""
 
     events: BlockCounts
     legacy: LegacyStepCounts[int]
     shift: tuple[tuple[str, int], ...]  # nonzero Shift terms
+    row: tuple[int, int, int]  # legacy num_drafts, num_draft_tokens, num_accepted_tokens
 
 
 FAST_MEMO = 1 << 16  # distinct record shapes remembered (then the memo starts afresh)
@@ -378,6 +397,135 @@ class Replayer:
                         self._state(rid),
                     )
         self._final_checks()
+
+    def feed_lines(self, lines: Iterable[tuple[int, bytes, bool]]) -> None:
+        """`feed` every line of a log: parse_line + feed, with the common case inlined.
+
+        The common case is an applied request_step record at the current step for a request
+        with nothing pending whose record shape is memoised (`_fast_request_step`): its line is
+        decoded by ``json.loads`` as `parse_line` decodes it, validated field by field in one
+        expression (the checks of `records._fast_ok` for request_step: exact key set, ints >= 0,
+        nullable ints, a non-empty request id, the outcome) and the block goes to
+        `Engine.try_block`. Anything else, or any check failing, goes through `parse_line` and
+        `feed` (which re-decodes nothing: the decoded object is passed on), so errors, texts and
+        state are those of the per-record path."""
+        path = self.path
+        loads = json.loads
+        fields = REQUEST_STEP_FIELDS
+        width = len(REQUEST_STEP_ORDER)
+        inline = request_step_inline_ok() and type(self)._fast_request_step is _FAST_REQUEST_STEP
+        held, quarantined, memo = self.held, self.quarantined, self.fast
+        done = 0  # fast-path records not yet added to counts["request_step"] and `checked`
+        lineno = self.line
+        try:
+            while True:
+                # (Re)load what only `feed` changes: the engine, the step and its account.
+                engine = self.engine
+                account = self.account
+                hot = (
+                    inline
+                    and engine is not None
+                    and account is not None
+                    and not account.reported
+                    and self.totals_record is None
+                )
+                if hot:
+                    assert engine is not None and account is not None
+                    requests, try_block = engine.requests, engine.try_block
+                    current = self.step
+                    blocks, fast_blocks = account.blocks, account.fast
+                for lineno, raw, has_newline in lines:
+                    if raw[:2] != b'{"':
+                        rec = parse_line(path, lineno, raw, has_newline)
+                        break
+                    try:
+                        obj = loads(raw.decode("utf-8", "surrogatepass"))
+                    except ValueError:  # not UTF-8 or not JSON: parse_line raises the BadInput
+                        rec = parse_line(path, lineno, raw, has_newline)
+                        break
+                    if hot and type(obj) is dict and len(obj) == width:
+                        try:
+                            (
+                                kind,
+                                step,
+                                rid,
+                                outcome,
+                                proposed,
+                                padding,
+                                grammar_valid,
+                                scheduled,
+                                invalid,
+                                verified,
+                                accepted,
+                                sampled,
+                            ) = fields(obj)
+                        except KeyError:
+                            pass
+                        else:
+                            if (
+                                kind == "request_step"
+                                and outcome == "applied"
+                                and step == current
+                                and type(step) is int
+                                and type(rid) is str
+                                and rid
+                                and type(proposed) is int
+                                and proposed >= 0
+                                and type(padding) is int
+                                and padding >= 0
+                                and (
+                                    grammar_valid is None
+                                    or (type(grammar_valid) is int and grammar_valid >= 0)
+                                )
+                                and type(scheduled) is int
+                                and scheduled >= 0
+                                and (invalid is None or (type(invalid) is int and invalid >= 0))
+                                and (verified is None or (type(verified) is int and verified >= 0))
+                                and type(accepted) is int
+                                and accepted >= 0
+                                and type(sampled) is int
+                                and sampled >= 0
+                                and rid not in held
+                                and rid not in quarantined
+                            ):
+                                state = requests.get(rid)
+                                if state is not None:
+                                    plan = memo.get(
+                                        (
+                                            state.structured,
+                                            proposed,
+                                            padding,
+                                            grammar_valid,
+                                            scheduled,
+                                            invalid,
+                                            verified,
+                                            accepted,
+                                            sampled,
+                                        )
+                                    )
+                                    if (
+                                        plan is not None
+                                        and try_block(rid, step, plan.events) is not None
+                                    ):
+                                        done += 1
+                                        blocks.append((lineno, rid, plan.row))
+                                        fast_blocks[plan] = fast_blocks.get(plan, 0) + 1
+                                        continue
+                    rec = check_record(path, lineno, raw, obj)
+                    break
+                else:
+                    return
+                self._flush_fast(done)
+                done = 0
+                self.feed(lineno, rec)
+        finally:
+            self.line = lineno
+            self._flush_fast(done)
+
+    def _flush_fast(self, done: int) -> None:
+        if done:
+            self.counts["request_step"] += done
+            self.checked += done
 
     # -- records ---------------------------------------------------------------------------------
 
@@ -613,20 +761,31 @@ class Replayer:
         if plan is None or engine.try_block(rid, step, plan.events) is None:
             return False
         self.checked += 1
-        lg = plan.legacy
-        self.account.add(line, rid, lg)
-        if lg.num_drafts:
-            total = self.legacy_sum
-            total[0] += lg.num_drafts
-            total[1] += lg.num_draft_tokens
-            total[2] += lg.num_accepted_tokens
-            per_pos = self.legacy_pos
-            for i in range(lg.num_accepted_tokens):
-                per_pos[i] += 1
-        shift = self.shift
-        for name, value in plan.shift:
-            setattr(shift, name, getattr(shift, name) + value)
+        account = self.account
+        account.blocks.append((line, rid, plan.row))
+        fast_blocks = account.fast
+        fast_blocks[plan] = fast_blocks.get(plan, 0) + 1
         return True
+
+    def _fold_fast(self) -> None:
+        """Add the current step's fast-path blocks (counted per `FastBlock`) to the step's
+        account, the legacy sums and the shift; before anything reads them."""
+        account = self.account
+        if account is None or not account.fast:
+            return
+        total, per_pos, shift = self.legacy_sum, self.legacy_pos, self.shift
+        for plan, n in account.fast.items():
+            lg = plan.legacy
+            account.add_legacy(lg, n)
+            if lg.num_drafts:
+                total[0] += n * lg.num_drafts
+                total[1] += n * lg.num_draft_tokens
+                total[2] += n * lg.num_accepted_tokens
+                for i in range(lg.num_accepted_tokens):
+                    per_pos[i] += n
+            for name, value in plan.shift:
+                setattr(shift, name, getattr(shift, name) + n * value)
+        account.fast.clear()
 
     def _fast_shape(self, state: RequestState, rec: Record) -> FastBlock | None:
         """The `FastBlock` of an applied record on ``state`` (active, no open block, current
@@ -657,11 +816,15 @@ class Replayer:
         ):
             return None
         shift = tuple((n, v) for n, v in zip(SHIFT_TERMS, prof.shift, strict=True) if v)
-        return FastBlock(events, prof.legacy, shift)
+        lg = prof.legacy
+        return FastBlock(
+            events, lg, shift, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
+        )
 
     def _step_stats(self, line: int, rec: Record) -> None:
         account = self.account
         assert account is not None
+        self._fold_fast()
         if account.reported:
             raise BadInput(self.path, line, 1, f"a second step_stats record for step {rec['step']}")
         self._per_pos_length(line, rec)
@@ -674,6 +837,7 @@ class Replayer:
         self._compare_account(account, line, rec, (*actual, rec["num_accepted_tokens_per_pos"]))
 
     def _close_account(self) -> None:
+        self._fold_fast()
         account = self.account
         if account is None or account.reported:
             return
@@ -706,7 +870,7 @@ class Replayer:
             reason = f"{', '.join(bad)} differ from the sum of legacy_step over the step's blocks"
             where = line
         state = [f"step {account.step} blocks (line: request -> legacy drafts/tokens/accepted):"]
-        for bline, rid, nd, nt, na in account.blocks:
+        for bline, rid, (nd, nt, na) in account.blocks:
             state.append(f"  line {bline}: {rid!r} -> {nd}/{nt}/{na}; {self._describe(rid)}")
         self._diverge(where, 1, "step_stats", account.step, reason, rec, rows, state)
 
@@ -928,6 +1092,7 @@ class Replayer:
 
     def summary(self) -> dict[str, Any]:
         assert self.engine is not None and self.header is not None
+        self._fold_fast()
         totals: Counters = self.engine.totals
         d = totals.to_dict()
         legacy = d["vllm-legacy"]
@@ -957,6 +1122,9 @@ class Replayer:
             },
             "shift": explain_shift(totals, self.shift),
         }
+
+
+_FAST_REQUEST_STEP = Replayer._fast_request_step  # feed_lines inlines it only while unpatched
 
 
 def _rows(expected: tuple[Any, ...], actual: tuple[Any, ...]) -> list[tuple[str, Any, Any]]:
@@ -1075,6 +1243,15 @@ def explain_shift(totals: Counters, s: Shift) -> dict[str, Any]:
 # -- entry points --------------------------------------------------------------------------------
 
 
+def _counted(
+    lines: Iterable[tuple[int, bytes, bool]], bar: Any
+) -> Iterator[tuple[int, bytes, bool]]:
+    for n, line in enumerate(lines, start=1):
+        yield line
+        if n % 4096 == 0:
+            bar.update(4096)
+
+
 def records_of(path: str, lines: Iterable[tuple[int, bytes, bool]]) -> Iterator[tuple[int, Record]]:
     for lineno, raw, has_newline in lines:
         yield lineno, parse_line(path, lineno, raw, has_newline)
@@ -1102,11 +1279,10 @@ def replay_file(
         from tqdm import tqdm
 
         bar = tqdm(desc=path, unit=" records", unit_scale=True, file=sys.stderr, mininterval=0.5)
+    if bar is not None:
+        source = _counted(source, bar)
     try:
-        for n, (lineno, rec) in enumerate(records_of(path, source), start=1):
-            replayer.feed(lineno, rec)
-            if bar is not None and n % 4096 == 0:
-                bar.update(4096)
+        replayer.feed_lines(source)
         replayer.finish()
     except StopReplay:
         pass
