@@ -173,7 +173,9 @@ def _path_text(path: list[str | int]) -> str:
     return out
 
 
-_REQUEST_KEYS = frozenset(("record", "step", "request", "event", "reason", "structured", "meta"))
+_REQUEST_KEYS = frozenset(
+    ("record", "step", "request", "event", "reason", "structured", "drop_stale_output", "meta")
+)
 _REQUEST_EVENTS = frozenset(("add", "finish", "abort", "preempt"))
 
 
@@ -192,6 +194,10 @@ def _fast_request_ok(obj: Record) -> bool:
     elif type(structured) is not bool:
         return False
     if "reason" in obj and type(obj["reason"]) is not str:
+        return False
+    if "drop_stale_output" in obj and (
+        event != "preempt" or type(obj["drop_stale_output"]) is not bool
+    ):
         return False
     return "meta" not in obj or type(obj["meta"]) is dict
 
@@ -220,6 +226,10 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
     if type(kind) is not str or kind not in RECORD_KINDS:
         return _column_of(raw, ["record"]), (
             f"unknown record kind {kind!r} (expected one of {', '.join(RECORD_KINDS)})"
+        )
+    if kind == "request" and "drop_stale_output" in obj and obj.get("event") != "preempt":
+        return _column_of(raw, ["drop_stale_output"]), (
+            f"drop_stale_output is only for preempt records, not {obj.get('event')!r}"
         )
     error = best_match(kind_validator(str(kind)).iter_errors(obj))
     if error is not None:

@@ -673,6 +673,10 @@ class Replayer:
         else:
             block = self.engine.requests[rid].block_at(step)
             assert block is not None
+            held = self.held.get(rid)
+            if held is not None and held.record["event"] == "preempt":
+                # vLLM decides per preemption whether stale output is dropped.
+                drop = held.record.get("drop_stale_output", drop)
             reported = outcome == "discarded_stale" and not drop
             inputs = block.inputs(state.structured, accepted, False, reported)
             actual_outcome = outcome

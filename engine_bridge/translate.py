@@ -152,7 +152,7 @@ def lifecycle_event(rec: Record) -> Event:
         return Finish(rid, step, reason=rec.get("reason", "stop"))
     if event == "abort":
         return Abort(rid, step)
-    return Preempt(rid, step)
+    return Preempt(rid, step, drop_stale_output=rec.get("drop_stale_output"))
 
 
 def translate_block(mode: Mode, structured: bool, rec: Record) -> BlockPlan:

@@ -140,6 +140,14 @@ def test_add_without_structured(tmp_path: Path) -> None:
     )
 
 
+def test_drop_stale_output_only_on_preempt(tmp_path: Path) -> None:
+    rec = {**ADD, "drop_stale_output": True}
+    assert bad(tmp_path, log(HEADER, rec)) == (
+        f"log.ndjson:2:{col(rec, 'drop_stale_output')}: "
+        "drop_stale_output is only for preempt records, not 'add'"
+    )
+
+
 def test_step_going_backwards(tmp_path: Path) -> None:
     text = log(HEADER, ADD, STEP, {**STEP, "step": 1})
     assert bad(tmp_path, text) == "log.ndjson:4:1: step went backwards: step 1 after step 2"

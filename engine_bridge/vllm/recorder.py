@@ -297,12 +297,15 @@ class _RecorderState:
         reason: str | None,
         structured: bool | None = None,
         meta: dict[str, Any] | None = None,
+        drop_stale_output: bool | None = None,
     ) -> None:
         rec: Record = {"record": "request", "step": step, "request": req_id, "event": event}
         if reason is not None:
             rec["reason"] = reason
         if structured is not None:
             rec["structured"] = structured
+        if drop_stale_output is not None:
+            rec["drop_stale_output"] = drop_stale_output
         if meta:
             rec["meta"] = meta
         self.emit(step, rec)
@@ -402,12 +405,13 @@ class RecorderMixin:
     def _rec_preempt(self, request: Any) -> None:
         sx = self._sx
         # vLLM 0.32 decides per preemption whether in-flight (stale) output is dropped
-        # (requires_kv_delivery, reset_prefix_cache); schema v1 has only the header's global
-        # flag, so the per-request value goes to meta (proposed as a field in the report).
+        # (requires_kv_delivery, reset_prefix_cache): the preempt record carries the decision.
         drop = bool(getattr(request, "drop_stale_output", False))
         in_flight = int(getattr(request, "num_stale_output_tokens", 0))
-        meta = {"drop_stale_output": drop, "stale_tokens_in_flight": in_flight}
-        sx.request_event(sx.step, request.request_id, "preempt", None, meta=meta)
+        meta = {"stale_tokens_in_flight": in_flight}
+        sx.request_event(
+            sx.step, request.request_id, "preempt", None, meta=meta, drop_stale_output=drop
+        )
         # Sync: the proposal waiting for this request is dropped with spec_token_ids.
         sx.drop_pending(request.request_id, "discarded_preempted", sx.step)
 
