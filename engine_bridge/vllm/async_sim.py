@@ -266,6 +266,8 @@ def simulate(
 
 def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
     """Agreeing runs join ``runs``; a diverging one goes to ``known_divergences`` with why."""
+    from spectally.engine_bridge.vllm.capture import manifest_numbers
+
     path = out / "MANIFEST.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
     entry = {
@@ -273,23 +275,7 @@ def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
         "runner": "simulated: real RecordingAsyncScheduler, fake model runner (async_sim.py)",
         "command": "python -m spectally.engine_bridge.vllm.async_sim --out tests/fixtures/vllm "
         + " ".join(a for a in argv if a not in ("--out", str(out)) and not a.startswith("/")),
-        "header": s["header"],
-        "engine_totals": s["totals"],
-        "legacy_from_step_stats": s["legacy_from_step_stats"],
-        "proposed": s["proposed"],
-        "padding": s["padding"],
-        "grammar_valid": s["grammar_valid"],
-        "scheduled": s["scheduled"],
-        "steps": s["steps"],
-        "blocks": s["blocks"],
-        "grammar_cut_to_zero": s["grammar_cut_to_zero"],
-        "outcomes": s["outcomes"],
-        "events": s["events"],
-        "step_stats_equal_totals": s["step_stats_equal_totals"],
-        "blocks_equal_step_stats": s["blocks_equal_step_stats"],
-        "schema_errors": s["schema_errors"],
-        "replay": s["replay"],
-        "backport_rfc": s.get("backport"),
+        **manifest_numbers(s),
     }
     key = "runs" if s["replay"] == "agree" else "known_divergences"
     if key == "known_divergences":

@@ -547,6 +547,29 @@ def _line(s: dict[str, Any]) -> str:
     )
 
 
+def manifest_numbers(s: dict[str, Any]) -> dict[str, Any]:
+    """What MANIFEST.json records of one run's summary (shared by capture and async_sim)."""
+    return {
+        "header": s["header"],
+        "engine_totals": s["totals"],
+        "legacy_from_step_stats": s["legacy_from_step_stats"],
+        "proposed": s["proposed"],
+        "padding": s["padding"],
+        "grammar_valid": s["grammar_valid"],
+        "scheduled": s["scheduled"],
+        "steps": s["steps"],
+        "blocks": s["blocks"],
+        "grammar_cut_to_zero": s["grammar_cut_to_zero"],
+        "outcomes": s["outcomes"],
+        "events": s["events"],
+        "step_stats_equal_totals": s["step_stats_equal_totals"],
+        "blocks_equal_step_stats": s["blocks_equal_step_stats"],
+        "schema_errors": s.get("schema_errors"),
+        "replay": s.get("replay"),
+        "backport_rfc": s.get("backport"),
+    }
+
+
 def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[str]) -> Path:
     import platform
 
@@ -554,29 +577,7 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
     for s in summaries:
         if "error" in s:
             continue
-        entries.append(
-            {
-                "file": s["file"],
-                "config": s["config"],
-                "header": s["header"],
-                "engine_totals": s["totals"],
-                "legacy_from_step_stats": s["legacy_from_step_stats"],
-                "proposed": s["proposed"],
-                "padding": s["padding"],
-                "grammar_valid": s["grammar_valid"],
-                "scheduled": s["scheduled"],
-                "steps": s["steps"],
-                "blocks": s["blocks"],
-                "grammar_cut_to_zero": s["grammar_cut_to_zero"],
-                "outcomes": s["outcomes"],
-                "events": s["events"],
-                "step_stats_equal_totals": s["step_stats_equal_totals"],
-                "blocks_equal_step_stats": s["blocks_equal_step_stats"],
-                "schema_errors": s.get("schema_errors"),
-                "replay": s.get("replay"),
-                "backport_rfc": s.get("backport"),
-            }
-        )
+        entries.append({"file": s["file"], "config": s["config"], **manifest_numbers(s)})
     repo = Path(__file__).resolve().parents[2]
     shown: list[str] = []
     skip = False
