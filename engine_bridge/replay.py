@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import OrderedDict
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -65,6 +65,131 @@ from .translate import (
 )
 
 ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
+ENDED_ID_BYTES = 48  # UTF-8 bytes of an ended id stored inline; longer ids are kept as str
+
+
+class EndedIds:
+    """The last `capacity` ended request ids with (status, line), in fixed preallocated storage.
+
+    A ring of `capacity` slots (id bytes, length, status code, line, hash) and an
+    open-addressing index (linear probing, backward-shift deletion) are allocated up front, so
+    the peak memory is reached at creation and stays flat however long the log is; only ids
+    longer than ENDED_ID_BYTES bytes are kept as extra `str` objects (at most `capacity`).
+    The oldest id is forgotten when a new one ends with the ring full.
+    """
+
+    def __init__(self, capacity: int = ENDED_MEMORY, width: int = ENDED_ID_BYTES) -> None:
+        self.capacity = max(1, capacity)
+        self.width = min(max(0, width), 255)
+        size = 1
+        while size < 2 * self.capacity + 1:
+            size *= 2
+        self.mask = size - 1
+        self.index = array("i", bytes(size * 4))  # slot + 1; 0 = empty
+        self.ids = bytearray(self.capacity * width)
+        self.lens = bytearray(self.capacity)
+        self.lines = array("q", bytes(self.capacity * 8))
+        self.codes = bytearray(self.capacity)
+        self.hashes = array("q", bytes(self.capacity * 8))
+        self.long: dict[int, str] = {}
+        self.statuses: list[str] = []
+        self.next = 0
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _matches(self, slot: int, rid: str, h: int) -> bool:
+        if self.hashes[slot] != h:
+            return False
+        long = self.long.get(slot)
+        if long is not None:
+            return long == rid
+        start = slot * self.width
+        return self.ids[start : start + self.lens[slot]] == rid.encode()
+
+    def _find(self, rid: str) -> int:
+        """The index position holding rid, or -1."""
+        h = hash(rid)
+        i = h & self.mask
+        index = self.index
+        while True:
+            s = index[i]
+            if s == 0:
+                return -1
+            if self._matches(s - 1, rid, h):
+                return i
+            i = (i + 1) & self.mask
+
+    def get(self, rid: str) -> tuple[str, int] | None:
+        i = self._find(rid)
+        if i < 0:
+            return None
+        slot = self.index[i] - 1
+        return self.statuses[self.codes[slot]], self.lines[slot]
+
+    def __contains__(self, rid: object) -> bool:
+        return isinstance(rid, str) and self._find(rid) >= 0
+
+    def _unlink(self, i: int) -> None:
+        """Empty index position i, shifting later entries of its probe run back."""
+        index, mask, hashes = self.index, self.mask, self.hashes
+        j = i
+        while True:
+            j = (j + 1) & mask
+            s = index[j]
+            if s == 0:
+                break
+            home = hashes[s - 1] & mask
+            # move s back to i unless its home lies cyclically in (i, j]
+            if (i < j and not i < home <= j) or (j < i and j < home <= i):
+                index[i] = s
+                i = j
+        index[i] = 0
+
+    def put(self, rid: str, status: str, line: int) -> None:
+        """Remember rid as ended (status, line); forget the oldest id when full."""
+        if status not in self.statuses:
+            self.statuses.append(status)
+        code = self.statuses.index(status)
+        i = self._find(rid)
+        if i >= 0:  # already remembered: update in place (keeps its age)
+            slot = self.index[i] - 1
+            self.codes[slot] = code
+            self.lines[slot] = line
+            return
+        slot = self.next
+        self.next = (slot + 1) % self.capacity
+        if self.size == self.capacity:  # the ring is full: slot holds the oldest id
+            old = self._find_slot(slot)
+            self._unlink(old)
+            self.long.pop(slot, None)
+            self.size -= 1
+        data = rid.encode()
+        if len(data) > self.width:
+            self.long[slot] = rid
+        else:
+            start = slot * self.width
+            self.ids[start : start + len(data)] = data
+            self.lens[slot] = len(data)
+        self.codes[slot] = code
+        self.lines[slot] = line
+        h = hash(rid)
+        self.hashes[slot] = h
+        i = h & self.mask
+        while self.index[i] != 0:
+            i = (i + 1) & self.mask
+        self.index[i] = slot + 1
+        self.size += 1
+
+    def _find_slot(self, slot: int) -> int:
+        """The index position of an occupied ring slot."""
+        i = self.hashes[slot] & self.mask
+        while self.index[i] != slot + 1:
+            i = (i + 1) & self.mask
+        return i
+
+
 LEGACY_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
 
@@ -325,7 +450,7 @@ class Replayer:
         self.held: dict[str, Held] = {}
         self.held_accepts: dict[str, list[tuple[Accept, Claim]]] = {}
         self.claims: dict[tuple[str, int], Claim] = {}
-        self.ended: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self.ended = EndedIds(ENDED_MEMORY)
         self.quarantined: dict[str, int] = {}
         self.divergences: list[Divergence] = []
         self.notes: list[str] = []
@@ -957,9 +1082,7 @@ class Replayer:
                     self._apply(accept, claim.line, claim.record)
             return
         state = self.engine.requests.pop(rid)
-        self.ended[rid] = (state.status.value, held.line)
-        if len(self.ended) > ENDED_MEMORY:
-            self.ended.popitem(last=False)
+        self.ended.put(rid, state.status.value, held.line)
 
     # -- reporting -------------------------------------------------------------------------------
 
