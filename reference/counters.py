@@ -188,12 +188,22 @@ class Counters:
 
     @classmethod
     def zero(cls, k: int) -> Counters:
-        return cls(
+        """The all-zero state. Immutable, so one object per k is shared (built once by the
+        module-level ``*_zero`` functions as currently bound; a patched one is not cached)."""
+        key = (cls, k, rfc_zero, legacy_zero, position_zero)
+        cached = _ZEROS.get(key)
+        if cached is not None:
+            return cached
+        zero = cls(
             k=k,
             rfc=rfc_zero(INT_ARITH),
             legacy=legacy_zero(INT_ARITH),
             positions=tuple(position_zero(INT_ARITH) for _ in range(k)),
         )
+        if len(_ZEROS) >= 64:
+            _ZEROS.clear()
+        _ZEROS[key] = zero
+        return zero
 
     def add_step(self, mode: Mode, x: StepInputs[int, bool]) -> Counters:
         ar = INT_ARITH
@@ -256,6 +266,9 @@ class Counters:
                 "per_position": {"accepted": list(self.per_position("legacy_accepted"))},
             },
         }
+
+
+_ZEROS: dict[tuple[object, ...], Counters] = {}
 
 
 class CounterSum:

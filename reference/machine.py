@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .arith import INT_ARITH
 from .counters import Counters, CounterSum, Fold, rules_intact
@@ -228,6 +228,8 @@ class Engine:
         # (structured, block events) -> the closed block's inputs, or None when the events are
         # not one legal, closing block from a request with no open block (see `try_block`).
         self._blocks: dict[tuple[bool, BlockCounts], Fold | None] = {}
+        # The events object each `_blocks` key was memoised from (its counts were checked).
+        self._checked: dict[tuple[bool, BlockCounts], BlockCounts] = {}
         # Whether every rule is the original (no mutant): checked at construction and at every
         # StepBegin, so the fast path sees a patch from the next engine step on.
         self._rules_ok = _rules_intact()
@@ -313,26 +315,39 @@ class Engine:
             return None
         key = (state.structured, events)
         memo = self._blocks
-        if key in memo:
-            fold = memo[key]
-        else:
+        fold = memo.get(key, _MISSING)
+        if fold is _MISSING:
             for event in events:
                 if type(event[1]) is not int:
                     return None
             inputs = self.block_inputs(state, step, events)
             if len(memo) >= MAX_MEMO:
                 memo.clear()
+                self._checked.clear()
             fold = memo[key] = None if inputs is None else Fold(self.config.mode, inputs)
+            self._checked[key] = events
         if fold is None:
             return None
-        for event in events:  # True == 1: a bool count must go the way of `apply`
-            if type(event[1]) is not int:
-                return None
-        state.sums.add_fold(fold)
+        # True == 1: a bool count must go the way of `apply`. The events object memoised with
+        # the key had int counts only (a tuple cannot change), so only another one is looked at.
+        if self._checked.get(key) is not events:
+            for event in events:
+                if type(event[1]) is not int:
+                    return None
+        assert isinstance(fold, Fold)
+        sums = state.sums
+        sums.add_fold(fold)
         self._totals.add_fold(fold)
-        self.requests[request] = RequestState(
-            state.request, state.structured, state.status, (), state.sums, step
+        new = _new_state(RequestState)
+        new.__dict__.update(
+            request=state.request,
+            structured=state.structured,
+            status=state.status,
+            blocks=(),
+            sums=sums,
+            last_block_step=step,
         )
+        self.requests[request] = new
         return fold.x
 
     def block_inputs(
@@ -343,7 +358,14 @@ class Engine:
         do not close exactly that block. Changes nothing."""
         if state.blocks or state.status is not RequestStatus.ACTIVE or step != self.current_step:
             return None
-        fresh = replace(state, sums=CounterSum.zero(self.config.k), last_block_step=None)
+        fresh = RequestState(
+            state.request,
+            state.structured,
+            state.status,
+            state.blocks,
+            CounterSum.zero(self.config.k),
+            None,
+        )
         closed: list[ClosedBlock] = []
         try:
             for cls, count in events:
@@ -457,7 +479,7 @@ class Engine:
             for block in state.blocks:
                 in_flight = self.config.mode is Mode.ASYNC and Stage.VERIFY in block.stages
                 if in_flight:
-                    keep.append(replace(block, stale=True, stale_dropped=drop))
+                    keep.append(_block(block, stale=True, stale_dropped=drop))
                 else:
                     closed.append(self._discard(state, block, Outcome.DISCARDED_PREEMPTED))
         else:
@@ -466,13 +488,23 @@ class Engine:
             outcome = Outcome.DISCARDED_FINISHED if finished else Outcome.DISCARDED_ABORTED
             closed = [self._discard(state, block, outcome) for block in state.blocks]
         # The closed blocks are folded into the counters by `apply`.
-        return replace(state, status=status, blocks=tuple(keep)), closed
+        return (
+            RequestState(
+                state.request,
+                state.structured,
+                status,
+                tuple(keep),
+                state.sums,
+                state.last_block_step,
+            ),
+            closed,
+        )
 
     def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
         if Stage.VERIFY not in block.stages:
             # Nothing of this block reached the target forward pass, so none of its drafts is
             # verified: without this the caps alone would count them in discarded_verified.
-            block = replace(block, av_cap=0)
+            block = _block(block, av_cap=0)
         inputs = block.inputs(state.structured, accepted=0, applied=False, legacy_reported=False)
         return ClosedBlock(state.request, block.step, outcome, inputs)
 
@@ -516,39 +548,48 @@ class Engine:
         if needed is not None and needed not in block.stages:
             raise illegal(f"{stage.name} requires {needed.name} first")
 
-        so_far = pipeline(mode, block.inputs(state.structured, 0, True, True), INT_ARITH)
         if isinstance(event, Propose):
             if count > k:
                 raise illegal(f"cannot propose {count} drafts with k={k}")
-            block = replace(block, proposed=count)
+            block = _block(block, proposed=count)
         elif isinstance(event, Pad):
             if block.proposed + count > k:
                 raise illegal(f"block of {block.proposed} drafts + {count} padding exceeds k={k}")
-            block = replace(block, padding=count)
-        elif isinstance(event, GrammarReject):
-            if not state.structured:
-                raise illegal("grammar rejection for a request without structured output")
-            # sync: of the proposal; async: of the scheduled drafts (num_invalid_spec_tokens).
-            base = block.proposed if mode is Mode.SYNC else so_far.scheduled_drafts
-            if count > base:
-                raise illegal(f"grammar rejects {count} of only {base} drafts")
-            block = replace(block, grammar_valid=base - count)
-        elif isinstance(event, Truncate):
-            if count > so_far.scheduled_slots:
-                raise illegal(f"cannot cut {count} of {so_far.scheduled_slots} slots")
-            block = replace(block, schedule_cap=so_far.scheduled_slots - count)
-        elif isinstance(event, AVSkip):
-            if count > so_far.scheduled_drafts:
-                raise illegal(f"AV cannot skip {count} of {so_far.scheduled_drafts} drafts")
-            block = replace(block, av_cap=so_far.scheduled_drafts - count)
-        elif isinstance(event, Verify) and count != so_far.verified:
-            raise illegal(f"verify names {count} drafts but {so_far.verified} reached the target")
-        block = replace(block, stages=(*block.stages, stage))
+            block = _block(block, padding=count)
+        elif not isinstance(event, Accept):  # Accept is checked below (admissibility)
+            # What the block's stages so far let through (only these stages read it).
+            so_far = pipeline(mode, block.inputs(state.structured, 0, True, True), INT_ARITH)
+            if isinstance(event, GrammarReject):
+                if not state.structured:
+                    raise illegal("grammar rejection for a request without structured output")
+                # sync: of the proposal; async: of the scheduled drafts (num_invalid_spec_tokens).
+                base = block.proposed if mode is Mode.SYNC else so_far.scheduled_drafts
+                if count > base:
+                    raise illegal(f"grammar rejects {count} of only {base} drafts")
+                block = _block(block, grammar_valid=base - count)
+            elif isinstance(event, Truncate):
+                if count > so_far.scheduled_slots:
+                    raise illegal(f"cannot cut {count} of {so_far.scheduled_slots} slots")
+                block = _block(block, schedule_cap=so_far.scheduled_slots - count)
+            elif isinstance(event, AVSkip):
+                if count > so_far.scheduled_drafts:
+                    raise illegal(f"AV cannot skip {count} of {so_far.scheduled_drafts} drafts")
+                block = _block(block, av_cap=so_far.scheduled_drafts - count)
+            elif isinstance(event, Verify) and count != so_far.verified:
+                raise illegal(
+                    f"verify names {count} drafts but {so_far.verified} reached the target"
+                )
+        block = _block(block, stages=(*block.stages, stage))
 
         others = tuple(b for b in state.blocks if b.step != step)
         if not isinstance(event, Accept):
-            blocks = tuple(sorted((*others, block), key=lambda b: b.step))
-            return replace(state, blocks=blocks, last_block_step=step), []
+            blocks = tuple(sorted((*others, block), key=_block_step)) if others else (block,)
+            return (
+                RequestState(
+                    state.request, state.structured, state.status, blocks, state.sums, step
+                ),
+                [],
+            )
 
         applied = not block.stale
         reported = applied or not block.stale_dropped
@@ -558,9 +599,18 @@ class Engine:
             raise illegal("; ".join(reasons))
         outcome = Outcome.APPLIED if applied else Outcome.DISCARDED_STALE
         closed = ClosedBlock(rid, step, outcome, inputs)
-        return replace(state, blocks=others), [closed]  # `apply` folds it into the counters
+        new = RequestState(
+            state.request,
+            state.structured,
+            state.status,
+            others,
+            state.sums,
+            state.last_block_step,
+        )
+        return new, [closed]  # `apply` folds it into the counters
 
 
+_MISSING = object()
 MAX_MEMO = 1 << 16  # distinct blocks `Engine.try_block` remembers (then it starts afresh)
 
 # A block's events as (event class, count), e.g. ((Propose, 4), (Verify, 4), (Accept, 2)).
@@ -579,6 +629,42 @@ _ORIGINAL_RULES = _rules()
 def _rules_intact() -> bool:
     """True when no rule the machine or the counters use is patched (see `CounterSum`)."""
     return _rules() == _ORIGINAL_RULES and rules_intact()
+
+
+# RequestState(...) without the frozen dataclass's per-field object.__setattr__ (try_block makes
+# one per fast block); `try_block` fills every field, as __init__ would.
+_new_state = object.__new__
+
+
+def _block_step(block: Block) -> int:
+    return block.step
+
+
+def _block(
+    b: Block,
+    *,
+    stages: tuple[Stage, ...] | None = None,
+    proposed: int | None = None,
+    padding: int | None = None,
+    grammar_valid: int | None = None,
+    schedule_cap: int | None = None,
+    av_cap: int | None = None,
+    stale: bool | None = None,
+    stale_dropped: bool | None = None,
+) -> Block:
+    """``dataclasses.replace(b, ...)`` for the fields given (not None), without its per-call
+    introspection (the fields replaced are never set to None here)."""
+    return Block(
+        b.step,
+        b.stages if stages is None else stages,
+        b.proposed if proposed is None else proposed,
+        b.padding if padding is None else padding,
+        b.grammar_valid if grammar_valid is None else grammar_valid,
+        b.schedule_cap if schedule_cap is None else schedule_cap,
+        b.av_cap if av_cap is None else av_cap,
+        b.stale if stale is None else stale,
+        b.stale_dropped if stale_dropped is None else stale_dropped,
+    )
 
 
 def _is_count(value: object) -> bool:

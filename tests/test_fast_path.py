@@ -366,3 +366,63 @@ def test_feed_lines_validates_as_parse_line(seed: int) -> None:
         )
     )
     assert hot == _per_record(log)
+
+
+def test_ended_ids_matches_a_bounded_fifo() -> None:
+    """EndedIds (fixed preallocated storage) answers as an OrderedDict cut to its capacity."""
+    import random
+    from collections import OrderedDict
+
+    from spectally.engine_bridge.replay import EndedIds
+
+    rng = random.Random(7)
+    for _ in range(200):
+        cap = rng.choice([1, 2, 3, 5, 8, 17])
+        ended = EndedIds(cap, width=rng.choice([0, 3, 8]))
+        ref: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        pool = [
+            f"r{i}" if rng.random() < 0.7 else "é" * rng.randint(0, 9) + str(i) for i in range(40)
+        ]
+        for _ in range(200):
+            rid = rng.choice(pool)
+            status, line = rng.choice(["finished", "aborted"]), rng.randint(0, 10**12)
+            ended.put(rid, status, line)
+            if rid not in ref and len(ref) == cap:
+                ref.popitem(last=False)
+            ref[rid] = (status, line)
+            for r in pool:
+                assert ended.get(r) == ref.get(r)
+                assert (r in ended) == (r in ref)
+            assert len(ended) == len(ref)
+    assert 1 not in EndedIds(3)
+
+
+def test_counters_zero_is_shared_and_bounded() -> None:
+    """Counters.zero(k) is one shared immutable state per k (the cache stays bounded)."""
+    from spectally.reference import counters as ct
+
+    assert ct.Counters.zero(3) is ct.Counters.zero(3)
+    assert ct.Counters.zero(3) == ct.Counters(
+        3,
+        ct.rfc_zero(ct.INT_ARITH),
+        ct.legacy_zero(ct.INT_ARITH),
+        tuple(ct.position_zero(ct.INT_ARITH) for _ in range(3)),
+    )
+    for k in range(1, 200):
+        assert ct.Counters.zero(k).k == k
+    assert len(ct._ZEROS) <= 64
+
+
+def test_try_block_checks_counts_of_an_equal_events_tuple() -> None:
+    """A memoised shape passed as another (equal) events tuple has its counts type-checked."""
+    e = Engine(EngineConfig(Mode.SYNC, 4), check=False)
+    e.run(_steps(Mode.SYNC, 4))
+    first = ((Propose, 2), (Verify, 2), (Accept, 1))
+    x = e.try_block("a", 0, first)
+    e.apply(StepBegin(1))
+    again = tuple(list(first))  # equal, not the same object
+    assert again is not first
+    assert e.try_block("a", 1, again) == x
+    e.apply(StepBegin(2))
+    assert e.try_block("a", 2, ((Propose, 2), (Verify, 2), (Accept, True))) is None
+    assert e.try_block("a", 2, first) == x
