@@ -10,8 +10,9 @@ reported as request-steps per second; the ratio replay / parse is the figure of 
 >= 0.5).
 
 Memory: each size runs in a fresh subprocess that replays a log generated on the fly (never
-written, never held) and reports its peak RSS (``resource.getrusage``, the whole process:
-interpreter, imports and the run). Flat = the peak does not grow with the log.
+written, never held) and reports its peak RSS (VmHWM on Linux, else ``resource.getrusage``;
+the whole process: interpreter, imports and the run, not the parent's size). Flat = the peak
+does not grow with the log.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ from spectally.engine_bridge.replay import replay_file
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS. On Linux, VmHWM: the high-water mark of the process's own
+    memory since its exec. (``ru_maxrss`` keeps the RSS of the parent at fork/exec, so a child
+    started after the throughput run would report at least the parent's size.)"""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return peak / 1024.0
 
