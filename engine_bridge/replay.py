@@ -426,6 +426,16 @@ class ReplayResult:
         return {"agree": 0, "diverge": 1, "bad_input": 2}[self.status]
 
 
+# json.loads's own scanner: json.loads(s) with no options is JSONDecoder().decode(s), which is
+# scan_once(s, 0) (after leading whitespace) and then nothing but whitespace up to the end.
+_SCAN_ONCE = json.JSONDecoder().scan_once
+
+
+def _counts_ok(counts: tuple[Any, ...]) -> bool:
+    """Every count an int >= 0 (not a bool), or None."""
+    return all(c is None or (type(c) is int and c >= 0) for c in counts)
+
+
 class Replayer:
     """Folds one step log through the reference; feed records with `feed`, then `finish`."""
 
@@ -536,6 +546,7 @@ class Replayer:
         state are those of the per-record path."""
         path = self.path
         loads = json.loads
+        scan = _SCAN_ONCE
         fields = REQUEST_STEP_FIELDS
         width = len(REQUEST_STEP_ORDER)
         inline = request_step_inline_ok() and type(self)._fast_request_step is _FAST_REQUEST_STEP
@@ -564,9 +575,14 @@ class Replayer:
                         rec = parse_line(path, lineno, raw, has_newline)
                         break
                     try:
-                        obj = loads(raw.decode("utf-8", "surrogatepass"))
-                    except ValueError:  # not UTF-8 or not JSON: parse_line raises the BadInput
-                        rec = parse_line(path, lineno, raw, has_newline)
+                        # json.loads(text) is decode(): scan_once(text, 0), then only
+                        # whitespace may follow; the same C scanner, without the wrappers.
+                        text = raw.decode("utf-8", "surrogatepass")
+                        obj, end = scan(text, 0)
+                        if end != len(text):
+                            obj = loads(text)  # whitespace after the object, or extra data
+                    except (ValueError, StopIteration):  # not UTF-8 or not JSON: parse_line
+                        rec = parse_line(path, lineno, raw, has_newline)  # raises the BadInput
                         break
                     if hot and type(obj) is dict and len(obj) == width:
                         try:
@@ -594,25 +610,21 @@ class Replayer:
                                 and type(step) is int
                                 and type(rid) is str
                                 and rid
-                                and type(proposed) is int
-                                and proposed >= 0
-                                and type(padding) is int
-                                and padding >= 0
-                                and (
-                                    grammar_valid is None
-                                    or (type(grammar_valid) is int and grammar_valid >= 0)
-                                )
-                                and type(scheduled) is int
-                                and scheduled >= 0
-                                and (invalid is None or (type(invalid) is int and invalid >= 0))
-                                and (verified is None or (type(verified) is int and verified >= 0))
-                                and type(accepted) is int
-                                and accepted >= 0
-                                and type(sampled) is int
-                                and sampled >= 0
                                 and rid not in held
                                 and rid not in quarantined
+                                and type(proposed)
+                                is type(padding)
+                                is type(scheduled)
+                                is type(accepted)
+                                is type(sampled)
+                                is int
+                                and (grammar_valid is None or type(grammar_valid) is int)
+                                and (invalid is None or type(invalid) is int)
+                                and (verified is None or type(verified) is int)
                             ):
+                                # ">= 0" of every count: the memo holds a FastBlock only for
+                                # counts that are ints >= 0 (`_fast_request_step`), so a hit on
+                                # these int (not bool, not float) counts implies it.
                                 state = requests.get(rid)
                                 if state is not None:
                                     plan = memo.get(
@@ -883,7 +895,8 @@ class Replayer:
         else:
             if state.blocks or step != engine.current_step:
                 return False  # the shape is learnt on a request in the fast path's state
-            plan = self._fast_shape(state, rec)
+            # Only counts that are ints >= 0 get a FastBlock: `feed_lines` relies on it.
+            plan = self._fast_shape(state, rec) if _counts_ok(key[1:]) else None
             if len(fast) >= FAST_MEMO:
                 fast.clear()
             fast[key] = plan

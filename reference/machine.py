@@ -228,8 +228,9 @@ class Engine:
         # (structured, block events) -> the closed block's inputs, or None when the events are
         # not one legal, closing block from a request with no open block (see `try_block`).
         self._blocks: dict[tuple[bool, BlockCounts], Fold | None] = {}
-        # The events object each `_blocks` key was memoised from (its counts were checked).
-        self._checked: dict[tuple[bool, BlockCounts], BlockCounts] = {}
+        # (id(events), structured) -> (events, fold) for events objects whose counts were
+        # checked as ints: `try_block`'s memo by identity (see there).
+        self._seen: dict[tuple[int, bool], tuple[BlockCounts, Fold]] = {}
         # Whether every rule is the original (no mutant): checked at construction and at every
         # StepBegin, so the fast path sees a patch from the next engine step on.
         self._rules_ok = _rules_intact()
@@ -313,40 +314,59 @@ class Engine:
             or not self._rules_ok
         ):
             return None
-        key = (state.structured, events)
-        memo = self._blocks
-        fold = memo.get(key, _MISSING)
-        if fold is _MISSING:
+        structured = state.structured
+        # The events object last seen with this `structured` value: one hash of an int instead
+        # of the nested events tuple. An entry keeps its events object alive (so its id is not
+        # reused) and was stored only after that very object's counts were checked as ints.
+        seen = self._seen
+        hit = seen.get((id(events), structured))
+        fold: object
+        if hit is not None and hit[0] is events:
+            fold = hit[1]
+        else:
+            key = (structured, events)
+            memo = self._blocks
+            fold = memo.get(key, _MISSING)
+            if fold is _MISSING:
+                for event in events:
+                    if type(event[1]) is not int:
+                        return None
+                inputs = self.block_inputs(state, step, events)
+                if len(memo) >= MAX_MEMO:
+                    memo.clear()
+                fold = memo[key] = None if inputs is None else Fold(self.config.mode, inputs)
+            if fold is None:
+                return None
+            assert isinstance(fold, Fold)
+            # True == 1: a bool count must go the way of `apply`, so every events object is
+            # checked once before it is remembered by identity.
             for event in events:
                 if type(event[1]) is not int:
                     return None
-            inputs = self.block_inputs(state, step, events)
-            if len(memo) >= MAX_MEMO:
-                memo.clear()
-                self._checked.clear()
-            fold = memo[key] = None if inputs is None else Fold(self.config.mode, inputs)
-            self._checked[key] = events
-        if fold is None:
-            return None
-        # True == 1: a bool count must go the way of `apply`. The events object memoised with
-        # the key had int counts only (a tuple cannot change), so only another one is looked at.
-        if self._checked.get(key) is not events:
-            for event in events:
-                if type(event[1]) is not int:
-                    return None
+            if len(seen) >= MAX_MEMO:
+                seen.clear()
+            seen[(id(events), structured)] = (events, fold)
         assert isinstance(fold, Fold)
+        # `CounterSum.add_fold` on the request's and the engine's sums, inlined (one fast block
+        # per call; the same pending counts, the same bound).
         sums = state.sums
-        sums.add_fold(fold)
-        self._totals.add_fold(fold)
+        pending = sums._pending
+        pending[fold] = pending.get(fold, 0) + 1
+        sums._view = None
+        if len(pending) > CounterSum.MAX_PENDING:
+            sums.value()
+        totals = self._totals
+        pending = totals._pending
+        pending[fold] = pending.get(fold, 0) + 1
+        totals._view = None
+        if len(pending) > CounterSum.MAX_PENDING:
+            totals.value()
+        # The same state with this step as its latest block step (``blocks`` is () and
+        # ``status`` ACTIVE, checked above), without the frozen dataclass's per-field setattr.
         new = _new_state(RequestState)
-        new.__dict__.update(
-            request=state.request,
-            structured=state.structured,
-            status=state.status,
-            blocks=(),
-            sums=sums,
-            last_block_step=step,
-        )
+        fields = new.__dict__
+        fields.update(state.__dict__)
+        fields["last_block_step"] = step
         self.requests[request] = new
         return fold.x
 

@@ -426,3 +426,90 @@ def test_try_block_checks_counts_of_an_equal_events_tuple() -> None:
     e.apply(StepBegin(2))
     assert e.try_block("a", 2, ((Propose, 2), (Verify, 2), (Accept, True))) is None
     assert e.try_block("a", 2, first) == x
+
+
+def test_try_block_pending_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`try_block` folds into the request's and the engine's sums with `CounterSum`'s bound:
+    past MAX_PENDING distinct blocks both are folded into their base, and agree with apply."""
+    monkeypatch.setattr(CounterSum, "MAX_PENDING", 1)
+    e = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
+    plain = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
+    for eng in (e, plain):
+        eng.run([StepBegin(0), AddRequest("a", 0)])
+    for step, n in enumerate([1, 2, 3, 1, 2], start=1):
+        block = ((Propose, n), (Verify, n), (Accept, n - 1))
+        for eng in (e, plain):
+            eng.apply(StepBegin(step))
+        assert e.try_block("a", step, block) is not None
+        plain.run([Propose("a", step, n), Verify("a", step, n), Accept("a", step, n - 1)])
+        assert len(e.requests["a"].sums._pending) <= 1 and len(e._totals._pending) <= 1
+    assert e.totals == plain.totals
+    assert e.request_counters("a") == plain.request_counters("a")
+    assert e.requests["a"] == plain.requests["a"]
+
+
+def _hot(log: list[bytes]) -> dict[str, Any]:
+    return result_json(
+        replay_file(
+            "log",
+            progress=False,
+            max_divergences=50,
+            lines=((n, raw.rstrip(b"\n"), True) for n, raw in enumerate(log, start=1)),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "field", ["proposed", "padding", "scheduled", "invalid", "verified", "accepted", "sampled"]
+)
+def test_feed_lines_counts_equal_to_a_memoised_shape(field: str) -> None:
+    """The inlined loop leaves ">= 0" to the shape memo (its keys are ints >= 0): a count that
+    is negative, or a float or bool equal to a memoised int, goes the per-record way."""
+    lines = list(synth.lines(800, mode="async", batch=4, seed=3))
+    picks = [
+        i
+        for i, raw in enumerate(lines)
+        if b'"applied"' in raw and json.loads(raw).get(field) is not None
+    ][-5:]
+    for value in (-1, float, bool):
+        log = list(lines)
+        for i in picks:
+            rec = json.loads(log[i])
+            rec[field] = value if value == -1 else value(rec[field])  # type: ignore[operator]
+            log[i] = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
+        assert _hot(log) == _per_record(log)
+
+
+def test_feed_lines_trailing_text() -> None:
+    """A record followed by whitespace parses as json.loads parses it; extra data after it is
+    json.loads's error, with its column."""
+    lines = list(synth.lines(300, mode="async", batch=4, seed=4))
+    i = max(n for n, raw in enumerate(lines) if b'"applied"' in raw)
+    spaced = list(lines)
+    spaced[i] = lines[i].rstrip(b"\n") + b" \t \r\n"
+    assert _hot(spaced) == _per_record(spaced)
+    assert _hot(spaced) == _hot(lines)
+    extra = list(lines)
+    extra[i] = lines[i].rstrip(b"\n") + b" {}\n"
+    out = _hot(extra)
+    assert out == _per_record(extra) and out["status"] == "bad_input"
+    assert "Extra data" in json.dumps(out)
+
+
+def test_fast_shape_is_learnt_only_from_valid_counts() -> None:
+    """A record fed without validation (`Replayer.feed` takes what it is given) with a negative
+    count is not memoised as a fast shape, so the inlined loop never skips ">= 0" for it."""
+    import contextlib
+
+    lines = list(synth.lines(60, mode="async", batch=2, seed=5))
+    replayer = Replayer("log")
+    for n, raw in enumerate(lines, start=1):
+        rec = parse_line("log", n, raw.rstrip(b"\n"), True)
+        if rec["record"] == "request_step" and rec["outcome"] == "applied":
+            with contextlib.suppress(Exception):  # whatever the slow path makes of it
+                replayer.feed(n, dict(rec, padding=-1))
+            learnt = [v for k, v in replayer.fast.items() if k[2] == -1]
+            assert learnt == [None]
+            return
+        replayer.feed(n, rec)
+    raise AssertionError("no applied request_step in the log")
