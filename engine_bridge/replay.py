@@ -916,14 +916,21 @@ class Replayer:
         if account is None or not account.fast:
             return
         total, per_pos, shift = self.legacy_sum, self.legacy_pos, self.shift
+        step_pos = account.per_pos
         for plan, n in account.fast.items():
             lg = plan.legacy
-            account.add_legacy(lg, n)
-            if lg.num_drafts:
-                total[0] += n * lg.num_drafts
-                total[1] += n * lg.num_draft_tokens
-                total[2] += n * lg.num_accepted_tokens
+            if lg.num_drafts:  # `StepAccount.add_legacy` and the run's sums, in one pass
+                drafts = n * lg.num_drafts
+                tokens = n * lg.num_draft_tokens
+                accepted = n * lg.num_accepted_tokens
+                account.num_drafts += drafts
+                account.num_draft_tokens += tokens
+                account.num_accepted_tokens += accepted
+                total[0] += drafts
+                total[1] += tokens
+                total[2] += accepted
                 for i in range(lg.num_accepted_tokens):
+                    step_pos[i] += n
                     per_pos[i] += n
             for name, value in plan.shift:
                 setattr(shift, name, getattr(shift, name) + n * value)

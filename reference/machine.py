@@ -228,9 +228,9 @@ class Engine:
         # (structured, block events) -> the closed block's inputs, or None when the events are
         # not one legal, closing block from a request with no open block (see `try_block`).
         self._blocks: dict[tuple[bool, BlockCounts], Fold | None] = {}
-        # (id(events), structured) -> (events, fold) for events objects whose counts were
-        # checked as ints: `try_block`'s memo by identity (see there).
-        self._seen: dict[tuple[int, bool], tuple[BlockCounts, Fold]] = {}
+        # id(events) -> (events, structured, fold) for events objects whose counts were checked
+        # as ints: `try_block`'s memo by identity (see there).
+        self._seen: dict[int, tuple[BlockCounts, bool, Fold]] = {}
         # Whether every rule is the original (no mutant): checked at construction and at every
         # StepBegin, so the fast path sees a patch from the next engine step on.
         self._rules_ok = _rules_intact()
@@ -315,14 +315,14 @@ class Engine:
         ):
             return None
         structured = state.structured
-        # The events object last seen with this `structured` value: one hash of an int instead
+        # The events object last seen, with its `structured` value: one hash of an int instead
         # of the nested events tuple. An entry keeps its events object alive (so its id is not
         # reused) and was stored only after that very object's counts were checked as ints.
         seen = self._seen
-        hit = seen.get((id(events), structured))
+        hit = seen.get(id(events))
         fold: object
-        if hit is not None and hit[0] is events:
-            fold = hit[1]
+        if hit is not None and hit[0] is events and hit[1] is structured:
+            fold = hit[2]
         else:
             key = (structured, events)
             memo = self._blocks
@@ -345,7 +345,7 @@ class Engine:
                     return None
             if len(seen) >= MAX_MEMO:
                 seen.clear()
-            seen[(id(events), structured)] = (events, fold)
+            seen[id(events)] = (events, structured, fold)
         assert isinstance(fold, Fold)
         # `CounterSum.add_fold` on the request's and the engine's sums, inlined (one fast block
         # per call; the same pending counts, the same bound).
