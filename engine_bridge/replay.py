@@ -550,7 +550,7 @@ class Replayer:
         fields = REQUEST_STEP_FIELDS
         width = len(REQUEST_STEP_ORDER)
         inline = request_step_inline_ok() and type(self)._fast_request_step is _FAST_REQUEST_STEP
-        held, quarantined, memo = self.held, self.quarantined, self.fast
+        held, quarantined, get_plan = self.held, self.quarantined, self.fast.get
         done = 0  # fast-path records not yet added to counts["request_step"] and `checked`
         lineno = self.line
         try:
@@ -567,9 +567,10 @@ class Replayer:
                 )
                 if hot:
                     assert engine is not None and account is not None
-                    requests, try_block = engine.requests, engine.try_block
+                    get_state, try_block = engine.requests.get, engine.try_block
                     current = self.step
-                    blocks, fast_blocks = account.blocks, account.fast
+                    add_block, fast_blocks = account.blocks.append, account.fast
+                    fast_count = fast_blocks.get
                 for lineno, raw, has_newline in lines:
                     if raw[:2] != b'{"':
                         rec = parse_line(path, lineno, raw, has_newline)
@@ -625,9 +626,9 @@ class Replayer:
                                 # ">= 0" of every count: the memo holds a FastBlock only for
                                 # counts that are ints >= 0 (`_fast_request_step`), so a hit on
                                 # these int (not bool, not float) counts implies it.
-                                state = requests.get(rid)
+                                state = get_state(rid)
                                 if state is not None:
-                                    plan = memo.get(
+                                    plan = get_plan(
                                         (
                                             state.structured,
                                             proposed,
@@ -645,8 +646,8 @@ class Replayer:
                                         and try_block(rid, step, plan.events) is not None
                                     ):
                                         done += 1
-                                        blocks.append((lineno, rid, plan.row))
-                                        fast_blocks[plan] = fast_blocks.get(plan, 0) + 1
+                                        add_block((lineno, rid, plan.row))
+                                        fast_blocks[plan] = fast_count(plan, 0) + 1
                                         continue
                     rec = check_record(path, lineno, raw, obj)
                     break
@@ -915,25 +916,27 @@ class Replayer:
         account = self.account
         if account is None or not account.fast:
             return
-        total, per_pos, shift = self.legacy_sum, self.legacy_pos, self.shift
-        step_pos = account.per_pos
+        per_pos, step_pos = self.legacy_pos, account.per_pos
+        shift = self.shift.__dict__  # Shift's fields (a plain dataclass: no setattr hooks)
+        drafts = tokens = accepted = 0
         for plan, n in account.fast.items():
-            lg = plan.legacy
-            if lg.num_drafts:  # `StepAccount.add_legacy` and the run's sums, in one pass
-                drafts = n * lg.num_drafts
-                tokens = n * lg.num_draft_tokens
-                accepted = n * lg.num_accepted_tokens
-                account.num_drafts += drafts
-                account.num_draft_tokens += tokens
-                account.num_accepted_tokens += accepted
-                total[0] += drafts
-                total[1] += tokens
-                total[2] += accepted
-                for i in range(lg.num_accepted_tokens):
+            d, t, a = plan.row  # the legacy counts: `StepAccount.add_legacy`, in one pass
+            if d:
+                drafts += n * d
+                tokens += n * t
+                accepted += n * a
+                for i in range(a):
                     step_pos[i] += n
                     per_pos[i] += n
             for name, value in plan.shift:
-                setattr(shift, name, getattr(shift, name) + n * value)
+                shift[name] += n * value
+        account.num_drafts += drafts
+        account.num_draft_tokens += tokens
+        account.num_accepted_tokens += accepted
+        total = self.legacy_sum
+        total[0] += drafts
+        total[1] += tokens
+        total[2] += accepted
         account.fast.clear()
 
     def _fast_shape(self, state: RequestState, rec: Record) -> FastBlock | None:

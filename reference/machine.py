@@ -318,35 +318,14 @@ class Engine:
         # The events object last seen, with its `structured` value: one hash of an int instead
         # of the nested events tuple. An entry keeps its events object alive (so its id is not
         # reused) and was stored only after that very object's counts were checked as ints.
-        seen = self._seen
-        hit = seen.get(id(events))
-        fold: object
+        hit = self._seen.get(id(events))
         if hit is not None and hit[0] is events and hit[1] is structured:
             fold = hit[2]
         else:
-            key = (structured, events)
-            memo = self._blocks
-            fold = memo.get(key, _MISSING)
-            if fold is _MISSING:
-                for event in events:
-                    if type(event[1]) is not int:
-                        return None
-                inputs = self.block_inputs(state, step, events)
-                if len(memo) >= MAX_MEMO:
-                    memo.clear()
-                fold = memo[key] = None if inputs is None else Fold(self.config.mode, inputs)
-            if fold is None:
+            checked = self._check_block(state, step, events)
+            if checked is None:
                 return None
-            assert isinstance(fold, Fold)
-            # True == 1: a bool count must go the way of `apply`, so every events object is
-            # checked once before it is remembered by identity.
-            for event in events:
-                if type(event[1]) is not int:
-                    return None
-            if len(seen) >= MAX_MEMO:
-                seen.clear()
-            seen[id(events)] = (events, structured, fold)
-        assert isinstance(fold, Fold)
+            fold = checked
         # `CounterSum.add_fold` on the request's and the engine's sums, inlined (one fast block
         # per call; the same pending counts, the same bound).
         sums = state.sums
@@ -369,6 +348,35 @@ class Engine:
         fields["last_block_step"] = step
         self.requests[request] = new
         return fold.x
+
+    def _check_block(self, state: RequestState, step: int, events: BlockCounts) -> Fold | None:
+        """`try_block`'s memo: the block's `Fold` on ``state``, or None (illegal, or a count
+        not an int); remembers ``events`` by identity once its counts are checked."""
+        structured = state.structured
+        key = (structured, events)
+        memo = self._blocks
+        fold = memo.get(key, _MISSING)
+        if fold is _MISSING:
+            for event in events:
+                if type(event[1]) is not int:
+                    return None
+            inputs = self.block_inputs(state, step, events)
+            if len(memo) >= MAX_MEMO:
+                memo.clear()
+            fold = memo[key] = None if inputs is None else Fold(self.config.mode, inputs)
+        if fold is None:
+            return None
+        assert isinstance(fold, Fold)
+        # True == 1: a bool count must go the way of `apply`, so every events object is
+        # checked once before it is remembered by identity.
+        for event in events:
+            if type(event[1]) is not int:
+                return None
+        seen = self._seen
+        if len(seen) >= MAX_MEMO:
+            seen.clear()
+        seen[id(events)] = (events, structured, fold)
+        return fold
 
     def block_inputs(
         self, state: RequestState, step: int, events: BlockCounts
