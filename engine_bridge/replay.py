@@ -33,6 +33,7 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters
 from spectally.reference.errors import IllegalEvent, InvariantViolation
 from spectally.reference.events import Accept, Event, StepBegin
+from spectally.reference.fastpath import BlockFolder
 from spectally.reference.invariants import check_invariants
 from spectally.reference.machine import BlockCounts, Engine, EngineConfig, RequestState
 from spectally.reference.metrics import derived_metrics, legacy_metrics
@@ -453,6 +454,7 @@ class Replayer:
         self.metrics_path = metrics
         self.header: Header | None = None
         self.engine: Engine | None = None
+        self.folder: BlockFolder | None = None  # whole blocks at once into `engine`
         self.mode = Mode.SYNC
         self.k = 1
         self.step: int | None = None
@@ -541,7 +543,7 @@ class Replayer:
         decoded by ``json.loads`` as `parse_line` decodes it, validated field by field in one
         expression (the checks of `records._fast_ok` for request_step: exact key set, ints >= 0,
         nullable ints, a non-empty request id, the outcome) and the block goes to
-        `Engine.try_block`. Anything else, or any check failing, goes through `parse_line` and
+        `BlockFolder.try_block`. Anything else, or any check failing, goes through `parse_line` and
         `feed` (which re-decodes nothing: the decoded object is passed on), so errors, texts and
         state are those of the per-record path."""
         path = self.path
@@ -557,17 +559,19 @@ class Replayer:
             while True:
                 # (Re)load what only `feed` changes: the engine, the step and its account.
                 engine = self.engine
+                folder = self.folder
                 account = self.account
                 hot = (
                     inline
                     and engine is not None
+                    and folder is not None
                     and account is not None
                     and not account.reported
                     and self.totals_record is None
                 )
                 if hot:
-                    assert engine is not None and account is not None
-                    get_state, try_block = engine.requests.get, engine.try_block
+                    assert engine is not None and folder is not None and account is not None
+                    get_state, try_block = engine.requests.get, folder.try_block
                     current = self.step
                     add_block, fast_blocks = account.blocks.append, account.fast
                     fast_count = fast_blocks.get
@@ -688,6 +692,7 @@ class Replayer:
         self.engine = Engine(
             EngineConfig(header.mode, header.k, header.drop_stale_output), check=self.check
         )
+        self.folder = BlockFolder(self.engine)
         self.legacy_pos = [0] * self.k
         self.reported_pos = [0] * self.k
 
@@ -869,11 +874,11 @@ class Replayer:
     def _fast_request_step(self, line: int, rec: Record, rid: str, step: int) -> bool:
         """An applied block on a request with nothing pending (no held lifecycle event, no
         quarantine, no open block): when its record shape is known to agree (`_fast_shape`),
-        the whole block goes to `Engine.try_block` at once and the legacy sums are advanced
+        the whole block goes to `BlockFolder.try_block` at once and the legacy sums are advanced
         from the memoised profile. Exactly what the slow path does for such a record; False
         (nothing done) whenever anything differs, and the slow path takes the record."""
-        engine = self.engine
-        assert engine is not None and self.account is not None
+        engine, folder = self.engine, self.folder
+        assert engine is not None and folder is not None and self.account is not None
         if rid in self.held or rid in self.quarantined:
             return False
         state = engine.requests.get(rid)
@@ -901,7 +906,7 @@ class Replayer:
             if len(fast) >= FAST_MEMO:
                 fast.clear()
             fast[key] = plan
-        if plan is None or engine.try_block(rid, step, plan.events) is None:
+        if plan is None or folder.try_block(rid, step, plan.events) is None:
             return False
         self.checked += 1
         account = self.account
@@ -943,7 +948,7 @@ class Replayer:
         """The `FastBlock` of an applied record on ``state`` (active, no open block, current
         step), or None when the slow path must take it: untranslatable, rejected by the
         reference, or any check of `_request_step` failing."""
-        assert self.engine is not None
+        assert self.folder is not None
         mode = self.mode
         try:
             plan = translate_block(mode, state.structured, rec)
@@ -955,7 +960,7 @@ class Replayer:
             *((type(e), _count(e)) for e in plan.events),
             (Accept, plan.accept.num_tokens),
         )
-        inputs = self.engine.block_inputs(state, rec["step"], events)
+        inputs = self.folder.block_inputs(state, rec["step"], events)
         if inputs is None:
             return None
         prof = block_profile(mode, inputs)

@@ -30,12 +30,11 @@ E7  Atomicity. An illegal event raises `IllegalEvent` naming request, step, stat
 from __future__ import annotations
 
 import enum
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .arith import INT_ARITH
-from .counters import Counters, CounterSum, Fold, rules_intact
+from .counters import Counters, CounterSum
 from .errors import IllegalEvent
 from .events import (
     EVENT_TYPES,
@@ -225,15 +224,6 @@ class Engine:
         self.current_step: int | None = None
         self.requests: dict[str, RequestState] = {}
         self._totals = CounterSum.zero(config.k)
-        # (structured, block events) -> the closed block's inputs, or None when the events are
-        # not one legal, closing block from a request with no open block (see `try_block`).
-        self._blocks: dict[tuple[bool, BlockCounts], Fold | None] = {}
-        # id(events) -> (events, structured, fold) for events objects whose counts were checked
-        # as ints: `try_block`'s memo by identity (see there).
-        self._seen: dict[int, tuple[BlockCounts, bool, Fold]] = {}
-        # Whether every rule is the original (no mutant): checked at construction and at every
-        # StepBegin, so the fast path sees a patch from the next engine step on.
-        self._rules_ok = _rules_intact()
 
     @property
     def totals(self) -> Counters:
@@ -276,137 +266,6 @@ class Engine:
             self._totals.add(mode, c.inputs)
         return closed
 
-    def apply_block(self, request: str, step: int, events: BlockCounts) -> list[ClosedBlock]:
-        """Apply one block's events, ``(event class, count)`` for ``request`` at ``step``, in
-        order: exactly `apply` of each event in turn (same rules, same `IllegalEvent` for the
-        first illegal one, with the legal ones before it applied, E7). A block that opens and
-        closes in one go on a request with no open block takes a fast path (`try_block`)."""
-        inputs = self.try_block(request, step, events)
-        if inputs is not None:
-            return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
-        closed: list[ClosedBlock] = []
-        for cls, count in events:
-            closed.extend(self.apply(cls(request, step, count)))
-        return closed
-
-    def try_block(
-        self, request: str, step: int, events: BlockCounts
-    ) -> StepInputs[int, bool] | None:
-        """Apply a whole block at once, or return None having changed nothing.
-
-        It applies only when the result cannot depend on anything but the block itself: runtime
-        checks off, the request active with no open block, ``step`` the current step, every
-        count an int, every rule the original. Then the events' outcome is a pure function of
-        (mode, k, drop_stale_output, structured, events), computed once by the very transitions
-        `apply` uses (`_block_event` on a fresh request) and memoised; an illegal block is never
-        taken here, so `apply` reports it event by event. The closed block is folded into the
-        request's and the engine's sums, as `apply` would fold it.
-        """
-        state = self.requests.get(request)
-        if (
-            state is None
-            or state.blocks
-            or state.status is not RequestStatus.ACTIVE
-            or self.check
-            or type(step) is not int
-            or step != self.current_step
-            or state.last_block_step == step
-            or not self._rules_ok
-        ):
-            return None
-        structured = state.structured
-        # The events object last seen, with its `structured` value: one hash of an int instead
-        # of the nested events tuple. An entry keeps its events object alive (so its id is not
-        # reused) and was stored only after that very object's counts were checked as ints.
-        hit = self._seen.get(id(events))
-        if hit is not None and hit[0] is events and hit[1] is structured:
-            fold = hit[2]
-        else:
-            checked = self._check_block(state, step, events)
-            if checked is None:
-                return None
-            fold = checked
-        # `CounterSum.add_fold` on the request's and the engine's sums, inlined (one fast block
-        # per call; the same pending counts, the same bound).
-        sums = state.sums
-        pending = sums._pending
-        pending[fold] = pending.get(fold, 0) + 1
-        sums._view = None
-        if len(pending) > CounterSum.MAX_PENDING:
-            sums.value()
-        totals = self._totals
-        pending = totals._pending
-        pending[fold] = pending.get(fold, 0) + 1
-        totals._view = None
-        if len(pending) > CounterSum.MAX_PENDING:
-            totals.value()
-        # The same state with this step as its latest block step (``blocks`` is () and
-        # ``status`` ACTIVE, checked above), without the frozen dataclass's per-field setattr.
-        new = _new_state(RequestState)
-        fields = new.__dict__
-        fields.update(state.__dict__)
-        fields["last_block_step"] = step
-        self.requests[request] = new
-        return fold.x
-
-    def _check_block(self, state: RequestState, step: int, events: BlockCounts) -> Fold | None:
-        """`try_block`'s memo: the block's `Fold` on ``state``, or None (illegal, or a count
-        not an int); remembers ``events`` by identity once its counts are checked."""
-        structured = state.structured
-        key = (structured, events)
-        memo = self._blocks
-        fold = memo.get(key, _MISSING)
-        if fold is _MISSING:
-            for event in events:
-                if type(event[1]) is not int:
-                    return None
-            inputs = self.block_inputs(state, step, events)
-            if len(memo) >= MAX_MEMO:
-                memo.clear()
-            fold = memo[key] = None if inputs is None else Fold(self.config.mode, inputs)
-        if fold is None:
-            return None
-        assert isinstance(fold, Fold)
-        # True == 1: a bool count must go the way of `apply`, so every events object is
-        # checked once before it is remembered by identity.
-        for event in events:
-            if type(event[1]) is not int:
-                return None
-        seen = self._seen
-        if len(seen) >= MAX_MEMO:
-            seen.clear()
-        seen[id(events)] = (events, structured, fold)
-        return fold
-
-    def block_inputs(
-        self, state: RequestState, step: int, events: BlockCounts
-    ) -> StepInputs[int, bool] | None:
-        """The inputs of the block ``events`` close on ``state`` (active, no open block, at the
-        current step), by `_block_event` on a copy; None if any event is illegal or the events
-        do not close exactly that block. Changes nothing."""
-        if state.blocks or state.status is not RequestStatus.ACTIVE or step != self.current_step:
-            return None
-        fresh = RequestState(
-            state.request,
-            state.structured,
-            state.status,
-            state.blocks,
-            CounterSum.zero(self.config.k),
-            None,
-        )
-        closed: list[ClosedBlock] = []
-        try:
-            for cls, count in events:
-                event = cls(state.request, step, count)
-                if not isinstance(event, BLOCK_EVENT_TYPES):
-                    return None
-                fresh, closed = self._block_event(fresh, event)
-        except IllegalEvent:
-            return None
-        if fresh.blocks or len(closed) != 1 or closed[0].outcome is not Outcome.APPLIED:
-            return None
-        return closed[0].inputs
-
     def run(self, events: Iterable[Event]) -> list[ClosedBlock]:
         """Apply events in order; return every block they closed. On the first error it raises
         with every earlier event applied and the failing one not applied (E7)."""
@@ -441,7 +300,6 @@ class Engine:
                 self.describe(None),
             )
         self.current_step = event.step
-        self._rules_ok = _rules_intact()
 
     def _request_for(self, event: BlockEvent | RequestEvent) -> RequestState:
         rid: str = event.request
@@ -638,30 +496,9 @@ class Engine:
         return new, [closed]  # `apply` folds it into the counters
 
 
-_MISSING = object()
-MAX_MEMO = 1 << 16  # distinct blocks `Engine.try_block` remembers (then it starts afresh)
-
 # A block's events as (event class, count), e.g. ((Propose, 4), (Verify, 4), (Accept, 2)).
 BlockCounts = tuple[tuple[type[BlockEvent], int], ...]
 BLOCK_EVENT_TYPES: tuple[type, ...] = tuple(BLOCK_EVENT_STAGE)
-
-
-def _rules() -> tuple[object, ...]:
-    mc = sys.modules[__name__]
-    return (mc.admissibility, mc.pipeline, mc.rfc_step, mc.legacy_step)
-
-
-_ORIGINAL_RULES = _rules()
-
-
-def _rules_intact() -> bool:
-    """True when no rule the machine or the counters use is patched (see `CounterSum`)."""
-    return _rules() == _ORIGINAL_RULES and rules_intact()
-
-
-# RequestState(...) without the frozen dataclass's per-field object.__setattr__ (try_block makes
-# one per fast block); `try_block` fills every field, as __init__ would.
-_new_state = object.__new__
 
 
 def _block_step(block: Block) -> int:

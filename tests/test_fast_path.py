@@ -1,6 +1,6 @@
-"""The replay fast path is the plain engine, faster: `Engine.apply_block` / `try_block` and the
-lazy `CounterSum` against `Engine.apply` event by event, and the replay's shape memo against its
-slow path, on random traces and logs (legal and illegal)."""
+"""The replay fast path is the plain engine, faster: `BlockFolder.apply_block` / `try_block` /
+`try_open` and the lazy `CounterSum` against `Engine.apply` event by event, and the replay's
+shape memo against its slow path, on random traces and logs (legal and illegal)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from spectally.engine_bridge import synth
 from spectally.engine_bridge.records import parse_line
 from spectally.engine_bridge.replay import Replayer, replay_file, result_json
 from spectally.reference import counters as ct
+from spectally.reference import fastpath as fp
 from spectally.reference import machine as mc
 from spectally.reference import step as stp
 from spectally.reference.counters import Counters, CounterSum, Fold
@@ -30,6 +31,7 @@ from spectally.reference.events import (
     StepBegin,
     Verify,
 )
+from spectally.reference.fastpath import BlockFolder
 from spectally.reference.machine import BLOCK_EVENT_TYPES, Engine, EngineConfig
 from spectally.reference.step import Mode
 from strategies import event_traces
@@ -88,13 +90,13 @@ def _plain(engine: Engine, group: list[Event]) -> Outcome:
     return ("ok", closed)
 
 
-def _fast(engine: Engine, group: list[Event]) -> Outcome:
+def _fast(folder: BlockFolder, group: list[Event]) -> Outcome:
     try:
         if len(group) > 1 or isinstance(group[0], Propose):
             e = group[0]
-            closed = engine.apply_block(e.request, e.step, _counts(group))  # type: ignore[union-attr]
+            closed = folder.apply_block(e.request, e.step, _counts(group))  # type: ignore[union-attr]
         else:
-            closed = engine.apply(group[0])
+            closed = folder.engine.apply(group[0])
     except IllegalEvent as exc:
         return ("illegal", str(exc))
     return ("ok", closed)
@@ -103,10 +105,11 @@ def _fast(engine: Engine, group: list[Event]) -> Outcome:
 def _differential(config: EngineConfig, events: list[Event]) -> None:
     plain, fast = Engine(config, check=False), Engine(config, check=False)
     checked = Engine(config, check=True)
+    fast_folder, checked_folder = BlockFolder(fast), BlockFolder(checked)
     for group in _blocks(events):
         expected = _plain(plain, group)
-        assert _fast(fast, group) == expected, group
-        assert _fast(checked, group) == expected, group
+        assert _fast(fast_folder, group) == expected, group
+        assert _fast(checked_folder, group) == expected, group
         assert _state(fast) == _state(plain) == _state(checked)
     assert fast.totals.to_dict() == plain.totals.to_dict()
 
@@ -140,52 +143,85 @@ def _steps(mode: Mode, k: int) -> list[Event]:
 def test_try_block_preconditions() -> None:
     config = EngineConfig(Mode.SYNC, 4)
     e = Engine(config, check=False)
+    f = BlockFolder(e)
     block = ((Propose, 2), (Verify, 2), (Accept, 1))
-    assert e.try_block("a", 0, block) is None  # no such request
+    assert f.try_block("a", 0, block) is None  # no such request
     e.run(_steps(Mode.SYNC, 4))
-    assert e.try_block("a", True, block) is None  # type: ignore[arg-type]  # bool step
-    assert e.try_block("a", 0, ((Propose, True), (Verify, 1), (Accept, 1))) is None
-    assert e._blocks == {}  # a bool count is never memoised
-    assert e.try_block("a", 0, ((Propose, 2), (Verify, 2))) is None  # does not close
-    assert e.try_block("a", 0, ((Propose, 2), (Finish, 0))) is None  # not a block event
-    assert e.try_block("a", 0, ((Propose, 5), (Verify, 5), (Accept, 1))) is None  # illegal
-    x = e.try_block("a", 0, block)
+    assert f.try_block("a", True, block) is None  # type: ignore[arg-type]  # bool step
+    assert f.try_block("a", 0, ((Propose, True), (Verify, 1), (Accept, 1))) is None
+    assert f.try_open("a", 0, ((Propose, True), (Verify, 1))) is None
+    assert f._memo == {}  # a bool count is never memoised
+    assert f.try_block("a", 0, ((Propose, 2), (Verify, 2))) is None  # does not close
+    assert f.try_block("a", 0, ((Propose, 2), (Finish, 0))) is None  # not a block event
+    assert f.try_block("a", 0, ((Propose, 5), (Verify, 5), (Accept, 1))) is None  # illegal
+    assert f.try_open("a", 0, block) is None  # closes: not an open block
+    assert f.try_open("a", 0, ((Propose, 5),)) is None  # illegal
+    assert f.try_open("a", 0, ()) is None  # opens nothing
+    x = f.try_block("a", 0, block)
     assert x is not None and x.accepted == 1
     # E3: a second block for the same request in the same step is illegal, so the fast path
     # declines it and `apply_block` reports it event by event.
-    assert e.try_block("a", 0, block) is None
+    assert f.try_block("a", 0, block) is None
+    assert f.try_open("a", 0, ((Propose, 2),)) is None
     with pytest.raises(IllegalEvent, match="at most one draft block per step"):
-        e.apply_block("a", 0, block)
+        f.apply_block("a", 0, block)
     e.apply(StepBegin(1))
     # Memoised as int counts: the same shape with bool counts still goes event by event.
-    assert e.try_block("a", 1, ((Propose, 1), (Verify, 1), (Accept, 1))) is not None
+    assert f.try_block("a", 1, ((Propose, 1), (Verify, 1), (Accept, 1))) is not None
     e.apply(StepBegin(2))
-    assert e.try_block("a", 2, ((Propose, True), (Verify, 1), (Accept, 1))) is None
+    assert f.try_block("a", 2, ((Propose, True), (Verify, 1), (Accept, 1))) is None
     with pytest.raises(IllegalEvent, match="count must be an int"):
-        e.apply_block("a", 2, ((Propose, True), (Verify, 1), (Accept, 1)))
-    assert e.try_block("a", 2, block) == x
+        f.apply_block("a", 2, ((Propose, True), (Verify, 1), (Accept, 1)))
+    assert f.try_block("a", 2, block) == x
     e.apply(StepBegin(3))
     e.apply(Propose("a", 3, 1))
-    assert e.try_block("a", 3, block) is None  # an open block
-    assert e.block_inputs(e.requests["a"], 3, block) is None
+    assert f.try_block("a", 3, block) is None  # an open block
+    assert f.try_open("a", 3, ((Propose, 1),)) is None
+    assert f.block_inputs(e.requests["a"], 3, block) is None
     e.apply(Finish("a", 1))
-    assert e.try_block("a", 1, block) is None  # finished
-    assert Engine(config, check=True).try_block("a", 0, block) is None
+    assert f.try_block("a", 1, block) is None  # finished
+    assert f.try_open("a", 1, ((Propose, 1),)) is None
+    checked = Engine(config, check=True)
+    checked.run(_steps(Mode.SYNC, 4))
+    assert BlockFolder(checked).try_block("a", 0, block) is None  # runtime checks on
+    assert BlockFolder(checked).try_open("a", 0, ((Propose, 1),)) is None
+    assert f.try_block("a", 0, block) is None  # not the current step
+
+
+def test_try_open_leaves_the_block_open_at_its_step() -> None:
+    """An open block memoised at one step is re-stepped when the same events open another;
+    the state equals the plain engine's, and a later event continues it."""
+    config = EngineConfig(Mode.ASYNC, 4)
+    e, plain = Engine(config, check=False), Engine(config, check=False)
+    f = BlockFolder(e)
+    opening = ((Propose, 3), (Verify, 3))
+    for step, rid in enumerate("abc"):
+        for eng in (e, plain):
+            eng.run([StepBegin(step), AddRequest(rid, step, structured=True)])
+        block = f.try_open(rid, step, opening)
+        assert block is not None and block.step == step
+        plain.run([Propose(rid, step, 3), Verify(rid, step, 3)])
+        assert e.requests[rid] == plain.requests[rid]
+        assert f.try_block(rid, step, ((Propose, 1), (Verify, 1), (Accept, 0))) is None
+    for eng in (e, plain):
+        eng.apply(Finish("b", 2))
+    assert e.requests == plain.requests and e.totals == plain.totals
 
 
 def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mc, "MAX_MEMO", 2)
+    monkeypatch.setattr(fp, "MAX_MEMO", 2)
     e = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
+    f = BlockFolder(e)
     plain = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
     for step in range(6):
         for eng in (e, plain):
             eng.apply(StepBegin(step))
             eng.apply(AddRequest(f"r{step}", step))
         n = step % 4
-        e.apply_block(f"r{step}", step, ((Propose, n), (Verify, n), (Accept, 0)))
+        f.apply_block(f"r{step}", step, ((Propose, n), (Verify, n), (Accept, 0)))
         rid = f"r{step}"
         plain.run([Propose(rid, step, n), Verify(rid, step, n), Accept(rid, step, 0)])
-        assert len(e._blocks) <= 2
+        assert len(f._memo) <= 2 and len(f._seen) <= 2
     assert e.totals == plain.totals
 
 
@@ -230,14 +266,15 @@ def test_patched_rules_fold_block_by_block(monkeypatch: pytest.MonkeyPatch) -> N
 
     for module in (stp, ct, mc):
         monkeypatch.setattr(module, "rfc_step", doubled)
-    assert not ct.rules_intact() and not mc._rules_intact()
+    assert not ct.rules_intact() and not fp.rules_intact()
     s.add(Mode.SYNC, x)
     assert s.value().rfc.padding == 2  # both blocks under the patched rule
     e = Engine(EngineConfig(Mode.SYNC, 2), check=False)
+    f = BlockFolder(e)
     e.run([StepBegin(0), AddRequest("a", 0)])
     block = ((Propose, 2), (Verify, 2), (Accept, 1))
-    assert e.try_block("a", 0, block) is None  # the fast path is off under a patch
-    e.apply_block("a", 0, block)
+    assert f.try_block("a", 0, block) is None  # the fast path is off under a patch
+    f.apply_block("a", 0, block)
     assert e.totals.rfc.padding == 1 == e.request_counters("a").rfc.padding
 
 
@@ -416,16 +453,17 @@ def test_counters_zero_is_shared_and_bounded() -> None:
 def test_try_block_checks_counts_of_an_equal_events_tuple() -> None:
     """A memoised shape passed as another (equal) events tuple has its counts type-checked."""
     e = Engine(EngineConfig(Mode.SYNC, 4), check=False)
+    f = BlockFolder(e)
     e.run(_steps(Mode.SYNC, 4))
     first = ((Propose, 2), (Verify, 2), (Accept, 1))
-    x = e.try_block("a", 0, first)
+    x = f.try_block("a", 0, first)
     e.apply(StepBegin(1))
     again = tuple(list(first))  # equal, not the same object
     assert again is not first
-    assert e.try_block("a", 1, again) == x
+    assert f.try_block("a", 1, again) == x
     e.apply(StepBegin(2))
-    assert e.try_block("a", 2, ((Propose, 2), (Verify, 2), (Accept, True))) is None
-    assert e.try_block("a", 2, first) == x
+    assert f.try_block("a", 2, ((Propose, 2), (Verify, 2), (Accept, True))) is None
+    assert f.try_block("a", 2, first) == x
 
 
 def test_try_block_pending_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -433,6 +471,7 @@ def test_try_block_pending_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> 
     past MAX_PENDING distinct blocks both are folded into their base, and agree with apply."""
     monkeypatch.setattr(CounterSum, "MAX_PENDING", 1)
     e = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
+    f = BlockFolder(e)
     plain = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
     for eng in (e, plain):
         eng.run([StepBegin(0), AddRequest("a", 0)])
@@ -440,7 +479,7 @@ def test_try_block_pending_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> 
         block = ((Propose, n), (Verify, n), (Accept, n - 1))
         for eng in (e, plain):
             eng.apply(StepBegin(step))
-        assert e.try_block("a", step, block) is not None
+        assert f.try_block("a", step, block) is not None
         plain.run([Propose("a", step, n), Verify("a", step, n), Accept("a", step, n - 1)])
         assert len(e.requests["a"].sums._pending) <= 1 and len(e._totals._pending) <= 1
     assert e.totals == plain.totals

@@ -1,0 +1,277 @@
+"""Speed only: fold a whole draft block into an `Engine` at once.
+
+Nothing here is a rule. machine.py is the executable spec, event by event; a replay folds
+millions of blocks, most of them alike, and this module lets it apply a block given as its
+events, ``((Propose, 4), (Verify, 4), (Accept, 2))`` for one request and step, in one go.
+
+A `BlockFolder` does so only when the result cannot depend on anything but the block itself:
+
+- the engine runs with runtime checks off (``Engine(config, check=False)``);
+- ``step`` is the engine's current step (an int, not a bool);
+- the request is active, has no open block and has opened no block in this step (E3);
+- every count is an int (a bool count must fail as `Engine.apply` fails it);
+- every rule is the one the modules were loaded with (no mutant, no monkeypatch; checked on
+  the first block of every engine step).
+
+Then the block's effect is a pure function of (mode, k, drop_stale_output, structured, events):
+the applied block the events close (`try_block`) or the block they leave open (`try_open`).
+It is computed once, by the engine's own transition (`Engine._block_event`) on a fresh request,
+and memoised. An illegal block is never memoised as legal: the folder declines it, and
+`apply_block` then applies the events one by one with `Engine.apply`, which reports the first
+illegal one exactly as it always does (E7). A closed block is folded into the request's and the
+engine's `CounterSum` as `Engine.apply` folds it.
+
+tests/test_fast_path.py checks all of this against `Engine.apply` on random traces, legal and
+illegal; proofs/ and the mutant tests exercise the plain engine (a patched rule switches the
+folder off from the next engine step on).
+"""
+
+from __future__ import annotations
+
+from . import counters as _counters
+from . import machine as _machine
+from .counters import CounterSum, Fold
+from .errors import IllegalEvent
+from .machine import (
+    BLOCK_EVENT_TYPES,
+    Block,
+    BlockCounts,
+    ClosedBlock,
+    Engine,
+    Outcome,
+    RequestState,
+    RequestStatus,
+)
+from .step import StepInputs
+
+MAX_MEMO = 1 << 16  # distinct blocks a folder remembers (then it starts afresh)
+
+# What a block's events do to a fresh request: close one applied block (its `Fold`), leave one
+# block open (that `Block`, at the step it was first seen), or anything else (None: decline).
+Effect = Fold | Block | None
+
+_MISSING = object()
+# RequestState(...) without the frozen dataclass's per-field object.__setattr__ (one per fast
+# block); the folder fills every field, as __init__ would.
+_new_state = object.__new__
+
+
+def _machine_rules() -> tuple[object, ...]:
+    """The rules machine.py calls, as currently bound by name there (a mutant patches them)."""
+    ns = vars(_machine)
+    return (ns["admissibility"], ns["pipeline"], ns["rfc_step"], ns["legacy_step"])
+
+
+_ORIGINAL_RULES = _machine_rules()
+
+
+def rules_intact() -> bool:
+    """True when no rule the machine or the counters use is patched (see `CounterSum`)."""
+    return _machine_rules() == _ORIGINAL_RULES and _counters.rules_intact()
+
+
+class BlockFolder:
+    """Applies whole blocks to ``engine`` at once (see the module docstring), else declines."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        # (structured, events) -> what the events do to a fresh request (`Effect`).
+        self._memo: dict[tuple[bool, BlockCounts], Effect] = {}
+        # id(events) -> (events, structured, effect) for events objects whose counts were
+        # checked as ints: the memo by identity, one hash of an int instead of the nested
+        # tuple. An entry keeps its events object alive, so the id is not reused.
+        self._seen: dict[int, tuple[BlockCounts, bool, Fold | Block]] = {}
+        self._rules_step: int | None = None  # the engine step whose rules were found intact
+
+    def apply_block(self, request: str, step: int, events: BlockCounts) -> list[ClosedBlock]:
+        """Exactly `Engine.apply` of each event ``cls(request, step, count)`` in turn (same
+        rules, same `IllegalEvent` for the first illegal one, with the legal ones before it
+        applied, E7), at once when the folder can (`try_block`, `try_open`)."""
+        inputs = self.try_block(request, step, events)
+        if inputs is not None:
+            return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
+        if self.try_open(request, step, events) is not None:
+            return []
+        closed: list[ClosedBlock] = []
+        for cls, count in events:
+            closed.extend(self.engine.apply(cls(request, step, count)))
+        return closed
+
+    def try_block(
+        self, request: str, step: int, events: BlockCounts
+    ) -> StepInputs[int, bool] | None:
+        """Apply ``events``, which open and close one applied block, at once; return its
+        inputs. None, having changed nothing, when the folder cannot."""
+        engine = self.engine
+        state = engine.requests.get(request)
+        if (
+            state is None
+            or state.blocks
+            or state.status is not RequestStatus.ACTIVE
+            or engine.check
+            or type(step) is not int
+            or step != engine.current_step
+            or state.last_block_step == step
+            or (step != self._rules_step and not self._rules_ok(step))
+        ):
+            return None
+        structured = state.structured
+        hit = self._seen.get(id(events))
+        fold: Effect
+        if hit is not None and hit[0] is events and hit[1] is structured:
+            fold = hit[2]
+        else:
+            fold = self._effect(state, step, events)
+        if type(fold) is not Fold:
+            return None
+        # `CounterSum.add_fold` on the request's and the engine's sums, inlined (the same
+        # pending counts, the same bound).
+        sums = state.sums
+        pending = sums._pending
+        pending[fold] = pending.get(fold, 0) + 1
+        sums._view = None
+        if len(pending) > CounterSum.MAX_PENDING:
+            sums.value()
+        totals = engine._totals
+        pending = totals._pending
+        pending[fold] = pending.get(fold, 0) + 1
+        totals._view = None
+        if len(pending) > CounterSum.MAX_PENDING:
+            totals.value()
+        # The same state with this step as its latest block step (``blocks`` is () and
+        # ``status`` ACTIVE, checked above).
+        new = _new_state(RequestState)
+        fields = new.__dict__
+        fields.update(state.__dict__)
+        fields["last_block_step"] = step
+        engine.requests[request] = new
+        return fold.x
+
+    def try_open(self, request: str, step: int, events: BlockCounts) -> Block | None:
+        """Apply ``events``, which open one block and leave it open (no Accept), at once;
+        return that block. None, having changed nothing, when the folder cannot."""
+        engine = self.engine
+        state = engine.requests.get(request)
+        if (
+            state is None
+            or state.blocks
+            or state.status is not RequestStatus.ACTIVE
+            or engine.check
+            or type(step) is not int
+            or step != engine.current_step
+            or state.last_block_step == step
+            or (step != self._rules_step and not self._rules_ok(step))
+        ):
+            return None
+        structured = state.structured
+        hit = self._seen.get(id(events))
+        found: Effect
+        if hit is not None and hit[0] is events and hit[1] is structured:
+            found = hit[2]
+        else:
+            found = self._effect(state, step, events)
+        if type(found) is not Block:
+            return None
+        block = (
+            found
+            if found.step == step
+            else Block(
+                step,
+                found.stages,
+                found.proposed,
+                found.padding,
+                found.grammar_valid,
+                found.schedule_cap,
+                found.av_cap,
+                found.stale,
+                found.stale_dropped,
+            )
+        )
+        new = _new_state(RequestState)
+        fields = new.__dict__
+        fields.update(state.__dict__)
+        fields["blocks"] = (block,)
+        fields["last_block_step"] = step
+        engine.requests[request] = new
+        return block
+
+    def block_inputs(
+        self, state: RequestState, step: int, events: BlockCounts
+    ) -> StepInputs[int, bool] | None:
+        """The inputs of the applied block ``events`` close on ``state`` (active, no open
+        block, at the current step); None if any event is illegal, a count is not an int, or
+        the events do not close exactly that block. Changes nothing."""
+        if (
+            state.blocks
+            or state.status is not RequestStatus.ACTIVE
+            or step != self.engine.current_step
+            or state.last_block_step == step
+        ):
+            return None
+        fold = self._effect(state, step, events)
+        return fold.x if type(fold) is Fold else None
+
+    def _rules_ok(self, step: int) -> bool:
+        """Whether every rule is the original, checked once per engine step."""
+        if not rules_intact():
+            return False
+        self._rules_step = step
+        return True
+
+    def _effect(self, state: RequestState, step: int, events: BlockCounts) -> Effect:
+        """What ``events`` do to ``state`` (the caller checked it is active, with no open
+        block, at the current step, no block opened in it), memoised by value; remembers
+        ``events`` by identity once its counts are checked as ints."""
+        # True == 1: a bool count must go the way of `apply`, so every events object is checked
+        # before its effect is looked up or remembered.
+        for event in events:
+            if type(event[1]) is not int:
+                return None
+        structured = state.structured
+        key = (structured, events)
+        memo = self._memo
+        effect = memo.get(key, _MISSING)
+        if effect is _MISSING:
+            effect = self._run_fresh(state, step, events)
+            if len(memo) >= MAX_MEMO:
+                memo.clear()
+            memo[key] = effect
+        assert effect is None or isinstance(effect, (Fold, Block))
+        if effect is not None:
+            seen = self._seen
+            if len(seen) >= MAX_MEMO:
+                seen.clear()
+            seen[id(events)] = (events, structured, effect)
+        return effect
+
+    def _run_fresh(self, state: RequestState, step: int, events: BlockCounts) -> Effect:
+        """``events`` through `Engine._block_event` on a fresh copy of ``state`` (which the
+        caller found active, with no open block, at the current step): the applied block they
+        close, the one they leave open, or None (an illegal event, or anything else)."""
+        engine = self.engine
+        fresh = RequestState(
+            state.request,
+            state.structured,
+            state.status,
+            (),
+            CounterSum.zero(engine.config.k),
+            None,
+        )
+        closed: list[ClosedBlock] = []
+        try:
+            for cls, count in events:
+                event = cls(state.request, step, count)
+                if not isinstance(event, BLOCK_EVENT_TYPES):
+                    return None
+                fresh, closed = engine._block_event(fresh, event)
+        except IllegalEvent:
+            return None
+        if closed:
+            # A fresh request opens one block in the step (E3) and it cannot be stale, so the
+            # events closed exactly that block, applied, and any event after it was illegal.
+            assert not fresh.blocks and len(closed) == 1
+            assert closed[0].outcome is Outcome.APPLIED
+            return Fold(engine.config.mode, closed[0].inputs)
+        if len(fresh.blocks) == 1:
+            return fresh.blocks[0]
+        return None
