@@ -27,12 +27,13 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import add
 from typing import Any
 
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters
 from spectally.reference.errors import IllegalEvent, InvariantViolation
-from spectally.reference.events import Accept, Event, StepBegin
+from spectally.reference.events import Abort, Accept, Event, Finish, StepBegin
 from spectally.reference.fastpath import BlockFolder
 from spectally.reference.invariants import check_invariants
 from spectally.reference.machine import BlockCounts, Engine, EngineConfig, RequestState
@@ -59,6 +60,8 @@ from .records import (
 from .translate import (
     DISCARDED_OUTCOMES,
     LEGACY_MAX_VERSION,
+    LIFECYCLE_DISCARDED,
+    BlockPlan,
     Header,
     Untranslatable,
     lifecycle_event,
@@ -427,6 +430,8 @@ class ReplayResult:
         return {"agree": 0, "diverge": 1, "bad_input": 2}[self.status]
 
 
+_ENDS = (Finish, Abort)  # the lifecycle events `BlockFolder.try_end` takes
+
 # json.loads's own scanner: json.loads(s) with no options is JSONDecoder().decode(s), which is
 # scan_once(s, 0) (after leading whitespace) and then nothing but whitespace up to the end.
 _SCAN_ONCE = json.JSONDecoder().scan_once
@@ -484,6 +489,9 @@ class Replayer:
         self.line = 0
         # (structured, record counts) -> FastBlock, or None: that shape takes the slow path.
         self.fast: dict[tuple[Any, ...], FastBlock | None] = {}
+        # (structured, outcome, record counts) -> FastBlock, or None, for blocks a lifecycle
+        # event discards (`_fast_discarded`).
+        self.fast_discarded: dict[tuple[Any, ...], FastBlock | None] = {}
 
     # -- driver ----------------------------------------------------------------------------------
 
@@ -773,7 +781,10 @@ class Replayer:
             raise BadInput(
                 self.path, line, 1, f"request_step for step {step} after that step's step_stats"
             )
-        if outcome == "applied" and self._fast_request_step(line, rec, rid, step):
+        if outcome == "applied":
+            if self._fast_request_step(line, rec, rid, step):
+                return
+        elif outcome in LIFECYCLE_DISCARDED and self._fast_discarded(line, rec, rid, step, outcome):
             return
         held = self.held.get(rid)
         if held is not None and not (outcome in DISCARDED_OUTCOMES and step <= held.step + 1):
@@ -915,6 +926,52 @@ class Replayer:
         fast_blocks[plan] = fast_blocks.get(plan, 0) + 1
         return True
 
+    def _fast_discarded(self, line: int, rec: Record, rid: str, step: int, outcome: str) -> bool:
+        """A block the record says a lifecycle event discards (finished, aborted, preempted:
+        no Accept), on a request with no open block: when its record shape is known to agree
+        (`_discarded_shape`), its events open it at once (`BlockFolder.try_open`) and its claim
+        waits, as on the slow path, for the lifecycle event that closes it. False (nothing
+        done) whenever anything differs, and the slow path takes the record."""
+        engine, folder, account = self.engine, self.folder, self.account
+        assert engine is not None and folder is not None and account is not None
+        # A held lifecycle event is at most one step old here (`_advance` releases older ones),
+        # so the slow path would not release it before this record either.
+        if rid in self.quarantined:
+            return False
+        state = engine.requests.get(rid)
+        if state is None:
+            return False
+        key = (
+            state.structured,
+            outcome,
+            rec["proposed"],
+            rec["padding"],
+            rec["grammar_valid"],
+            rec["scheduled"],
+            rec["invalid"],
+            rec["verified"],
+            rec["accepted"],
+            rec["sampled"],
+        )
+        memo = self.fast_discarded
+        if key in memo:
+            plan = memo[key]
+        else:
+            if state.blocks or step != engine.current_step or state.last_block_step == step:
+                return False  # the shape is learnt on a request in the fast path's state
+            plan = self._discarded_shape(state, rec) if _counts_ok(key[2:]) else None
+            if len(memo) >= FAST_MEMO:
+                memo.clear()
+            memo[key] = plan
+        if plan is None or folder.try_open(rid, step, plan.events) is None:
+            return False
+        self.checked += 1
+        self.claims[(rid, step)] = Claim(line, outcome, rec)
+        account.blocks.append((line, rid, plan.row))
+        fast_blocks = account.fast
+        fast_blocks[plan] = fast_blocks.get(plan, 0) + 1
+        return True
+
     def _fold_fast(self) -> None:
         """Add the current step's fast-path blocks (counted per `FastBlock`) to the step's
         account, the legacy sums and the shift; before anything reads them."""
@@ -949,9 +1006,8 @@ class Replayer:
         step), or None when the slow path must take it: untranslatable, rejected by the
         reference, or any check of `_request_step` failing."""
         assert self.folder is not None
-        mode = self.mode
         try:
-            plan = translate_block(mode, state.structured, rec)
+            plan = translate_block(self.mode, state.structured, rec)
         except Untranslatable:
             return None
         if plan.accept is None:
@@ -961,9 +1017,32 @@ class Replayer:
             (Accept, plan.accept.num_tokens),
         )
         inputs = self.folder.block_inputs(state, rec["step"], events)
-        if inputs is None:
+        return None if inputs is None else self._checked_shape(plan, events, inputs, rec)
+
+    def _discarded_shape(self, state: RequestState, rec: Record) -> FastBlock | None:
+        """The `FastBlock` of a record whose block a lifecycle event discards, on ``state``
+        (active, no open block, current step): its events leave the block open; None when the
+        slow path must take it, as in `_fast_shape`."""
+        assert self.folder is not None
+        try:
+            plan = translate_block(self.mode, state.structured, rec)
+        except Untranslatable:
             return None
-        prof = block_profile(mode, inputs)
+        assert plan.accept is None  # only a stale block's record carries an Accept
+        events: BlockCounts = tuple((type(e), _count(e)) for e in plan.events)
+        block = self.folder.opened_block(state, rec["step"], events)
+        if block is None:
+            return None
+        # What `_request_step` checks of such a block: not applied, not reported (not stale).
+        inputs = block.inputs(state.structured, rec["accepted"], False, False)
+        return self._checked_shape(plan, events, inputs, rec)
+
+    def _checked_shape(
+        self, plan: BlockPlan, events: BlockCounts, inputs: StepInputs[int, bool], rec: Record
+    ) -> FastBlock | None:
+        """The `FastBlock` of a block with these ``inputs`` when every per-block check of
+        `_request_step` passes on ``rec`` (scheduled slots, invalid, accepted), else None."""
+        prof = block_profile(self.mode, inputs)
         act_invalid = rec["invalid"] or 0
         exp_invalid = prof.invalid if plan.in_forward_pass else act_invalid
         if (
@@ -986,12 +1065,14 @@ class Replayer:
             raise BadInput(self.path, line, 1, f"a second step_stats record for step {rec['step']}")
         self._per_pos_length(line, rec)
         account.reported = True
-        actual = [rec[f] for f in LEGACY_FIELDS]
-        for i in range(3):
-            self.reported_sum[i] += actual[i]
-        for i, v in enumerate(rec["num_accepted_tokens_per_pos"]):
-            self.reported_pos[i] += v
-        self._compare_account(account, line, rec, (*actual, rec["num_accepted_tokens_per_pos"]))
+        per_pos = rec["num_accepted_tokens_per_pos"]
+        actual = (rec["num_drafts"], rec["num_draft_tokens"], rec["num_accepted_tokens"], per_pos)
+        reported = self.reported_sum
+        reported[0] += actual[0]
+        reported[1] += actual[1]
+        reported[2] += actual[2]
+        self.reported_pos = list(map(add, self.reported_pos, per_pos))
+        self._compare_account(account, line, rec, actual)
 
     def _close_account(self) -> None:
         self._fold_fast()
@@ -1015,6 +1096,8 @@ class Replayer:
             return
         self.checked += 1
         expected = account.values()
+        if expected == actual:
+            return
         names = (*LEGACY_FIELDS, "num_accepted_tokens_per_pos")
         rows = [(n, e, a) for n, e, a in zip(names, expected, actual, strict=True)]
         if all(e == a for _, e, a in rows):
@@ -1035,9 +1118,12 @@ class Replayer:
 
     def _apply(self, event: Event, line: int, rec: Record) -> bool:
         """Apply one event; on an illegal event record a divergence and quarantine the request."""
-        assert self.engine is not None
+        assert self.engine is not None and self.folder is not None
         try:
-            closed = self.engine.apply(event)
+            # A Finish or an Abort at once where it can (`BlockFolder.try_end`: the same
+            # transition), else through `Engine.apply`.
+            folded = self.folder.try_end(event) if type(event) in _ENDS else None
+            closed = self.engine.apply(event) if folded is None else folded
         except IllegalEvent as exc:
             rid = getattr(event, "request", None)
             self._diverge(

@@ -55,6 +55,8 @@ LIFECYCLE_OUTCOME = {
     "preempt": "discarded_preempted",
 }
 HELD_ACCEPT_OUTCOMES = frozenset(("discarded_stale",))
+# Blocks a lifecycle event discards: their records carry no Accept (see `translate_block`).
+LIFECYCLE_DISCARDED = frozenset(LIFECYCLE_OUTCOME.values())
 DISCARDED_OUTCOMES = frozenset(
     ("discarded_finished", "discarded_aborted", "discarded_preempted", "discarded_stale")
 )

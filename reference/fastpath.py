@@ -32,6 +32,7 @@ from . import counters as _counters
 from . import machine as _machine
 from .counters import CounterSum, Fold
 from .errors import IllegalEvent
+from .events import Abort, Finish
 from .machine import (
     BLOCK_EVENT_TYPES,
     Block,
@@ -81,6 +82,8 @@ class BlockFolder:
         # checked as ints: the memo by identity, one hash of an int instead of the nested
         # tuple. An entry keeps its events object alive, so the id is not reused.
         self._seen: dict[int, tuple[BlockCounts, bool, Fold | Block]] = {}
+        # (structured, outcome, the block but its step) -> the `Fold` of that block discarded.
+        self._discards: dict[tuple[object, ...], Fold] = {}
         self._rules_step: int | None = None  # the engine step whose rules were found intact
 
     def apply_block(self, request: str, step: int, events: BlockCounts) -> list[ClosedBlock]:
@@ -172,21 +175,7 @@ class BlockFolder:
             found = self._effect(state, step, events)
         if type(found) is not Block:
             return None
-        block = (
-            found
-            if found.step == step
-            else Block(
-                step,
-                found.stages,
-                found.proposed,
-                found.padding,
-                found.grammar_valid,
-                found.schedule_cap,
-                found.av_cap,
-                found.stale,
-                found.stale_dropped,
-            )
-        )
+        block = _at_step(found, step)
         new = _new_state(RequestState)
         fields = new.__dict__
         fields.update(state.__dict__)
@@ -195,21 +184,85 @@ class BlockFolder:
         engine.requests[request] = new
         return block
 
+    def try_end(self, event: Finish | Abort) -> list[ClosedBlock] | None:
+        """`Engine.apply` of a legal ``Finish`` or ``Abort``, with its discards memoised:
+        every open block of the request is closed as discarded (its inputs computed once per
+        block shape by the engine's own `Engine._discard`) and folded, and the request ends.
+        Returns the closed blocks; None, having changed nothing, when the folder cannot (the
+        event is anything else, illegal, or the guard of the module docstring fails)."""
+        engine = self.engine
+        kind = type(event)
+        if kind is Finish:
+            status, outcome = RequestStatus.FINISHED, Outcome.DISCARDED_FINISHED
+        elif kind is Abort:
+            status, outcome = RequestStatus.ABORTED, Outcome.DISCARDED_ABORTED
+        else:
+            return None
+        request, step, current = event.request, event.step, engine.current_step
+        state = engine.requests.get(request) if type(request) is str else None
+        if (
+            state is None
+            or state.status is not RequestStatus.ACTIVE
+            or engine.check
+            or type(step) is not int
+            or current is None
+            or not 0 <= step <= current
+            or (current != self._rules_step and not self._rules_ok(current))
+        ):
+            return None
+        closed: list[ClosedBlock] = []
+        sums, totals, memo = state.sums, engine._totals, self._discards
+        for block in state.blocks:
+            key = (
+                state.structured,
+                outcome,
+                block.stages,
+                block.proposed,
+                block.padding,
+                block.grammar_valid,
+                block.schedule_cap,
+                block.av_cap,
+                block.stale,
+                block.stale_dropped,
+            )
+            fold = memo.get(key)
+            if fold is None:
+                discarded = engine._discard(state, block, outcome)
+                if len(memo) >= MAX_MEMO:
+                    memo.clear()
+                fold = memo[key] = Fold(engine.config.mode, discarded.inputs)
+            sums.add_fold(fold)
+            totals.add_fold(fold)
+            closed.append(ClosedBlock(request, block.step, outcome, fold.x))
+        engine.requests[request] = RequestState(
+            request, state.structured, status, (), sums, state.last_block_step
+        )
+        return closed
+
     def block_inputs(
         self, state: RequestState, step: int, events: BlockCounts
     ) -> StepInputs[int, bool] | None:
         """The inputs of the applied block ``events`` close on ``state`` (active, no open
         block, at the current step); None if any event is illegal, a count is not an int, or
         the events do not close exactly that block. Changes nothing."""
-        if (
-            state.blocks
-            or state.status is not RequestStatus.ACTIVE
-            or step != self.engine.current_step
-            or state.last_block_step == step
-        ):
-            return None
-        fold = self._effect(state, step, events)
-        return fold.x if type(fold) is Fold else None
+        effect = self._effect(state, step, events) if self._fresh(state, step) else None
+        return effect.x if type(effect) is Fold else None
+
+    def opened_block(self, state: RequestState, step: int, events: BlockCounts) -> Block | None:
+        """The block ``events`` open and leave open on ``state`` (active, no open block, at
+        the current step); None if any event is illegal, a count is not an int, or the events
+        do not leave exactly that block open. Changes nothing."""
+        effect = self._effect(state, step, events) if self._fresh(state, step) else None
+        return _at_step(effect, step) if type(effect) is Block else None
+
+    def _fresh(self, state: RequestState, step: int) -> bool:
+        """Whether a block at ``step`` on ``state`` depends on nothing but its events."""
+        return (
+            not state.blocks
+            and state.status is RequestStatus.ACTIVE
+            and step == self.engine.current_step
+            and state.last_block_step != step
+        )
 
     def _rules_ok(self, step: int) -> bool:
         """Whether every rule is the original, checked once per engine step."""
@@ -275,3 +328,20 @@ class BlockFolder:
         if len(fresh.blocks) == 1:
             return fresh.blocks[0]
         return None
+
+
+def _at_step(block: Block, step: int) -> Block:
+    """``block`` (memoised at the step it was first seen) at ``step``."""
+    if block.step == step:
+        return block
+    return Block(
+        step,
+        block.stages,
+        block.proposed,
+        block.padding,
+        block.grammar_valid,
+        block.schedule_cap,
+        block.av_cap,
+        block.stale,
+        block.stale_dropped,
+    )

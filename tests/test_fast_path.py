@@ -4,10 +4,12 @@ shape memo against its slow path, on random traces and logs (legal and illegal).
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +25,12 @@ from spectally.reference import step as stp
 from spectally.reference.counters import Counters, CounterSum, Fold
 from spectally.reference.errors import IllegalEvent
 from spectally.reference.events import (
+    Abort,
     Accept,
     AddRequest,
     Event,
     Finish,
+    Preempt,
     Propose,
     StepBegin,
     Verify,
@@ -37,6 +41,7 @@ from spectally.reference.step import Mode
 from strategies import event_traces
 
 Outcome = tuple[str, Any]
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 
 
 def _state(engine: Engine) -> Any:
@@ -96,7 +101,8 @@ def _fast(folder: BlockFolder, group: list[Event]) -> Outcome:
             e = group[0]
             closed = folder.apply_block(e.request, e.step, _counts(group))  # type: ignore[union-attr]
         else:
-            closed = folder.engine.apply(group[0])
+            ended = folder.try_end(group[0]) if isinstance(group[0], (Finish, Abort)) else None
+            closed = folder.engine.apply(group[0]) if ended is None else ended
     except IllegalEvent as exc:
         return ("illegal", str(exc))
     return ("ok", closed)
@@ -208,6 +214,37 @@ def test_try_open_leaves_the_block_open_at_its_step() -> None:
     assert e.requests == plain.requests and e.totals == plain.totals
 
 
+def test_try_end_preconditions() -> None:
+    """`try_end` takes a legal Finish or Abort only, and changes nothing when it declines;
+    what it does is `Engine.apply`'s."""
+    config = EngineConfig(Mode.ASYNC, 4)
+    e, plain = Engine(config, check=False), Engine(config, check=False)
+    f = BlockFolder(e)
+    setup = [StepBegin(0), AddRequest("a", 0, structured=True), Propose("a", 0, 3)]
+    setup += [Verify("a", 0, 3), StepBegin(1), Propose("a", 1, 2), StepBegin(2)]
+    for eng in (e, plain):
+        eng.run(setup)
+    before = _state(e)
+    for event in [
+        Finish("b", 2),  # unknown request
+        Finish("a", 3),  # a step that has not begun
+        Finish("a", -1),  # not a count
+        Finish("a", True),  # type: ignore[arg-type]  # a bool step
+        Finish(1, 2),  # type: ignore[arg-type]  # not a request id
+        Preempt("a", 2),  # not Finish or Abort
+    ]:
+        assert f.try_end(event) is None  # type: ignore[arg-type]
+        assert _state(e) == before
+    assert BlockFolder(Engine(config, check=True)).try_end(Finish("a", 0)) is None
+    closed = f.try_end(Abort("a", 1))
+    assert closed == plain.apply(Abort("a", 1))
+    assert closed is not None and [c.step for c in closed] == [0, 1]
+    assert _state(e) == _state(plain)
+    assert f.try_end(Finish("a", 2)) is None  # already ended: `apply` says why
+    with pytest.raises(IllegalEvent, match="aborted"):
+        e.apply(Finish("a", 2))
+
+
 def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fp, "MAX_MEMO", 2)
     e = Engine(EngineConfig(Mode.ASYNC, 4), check=False)
@@ -222,6 +259,11 @@ def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         rid = f"r{step}"
         plain.run([Propose(rid, step, n), Verify(rid, step, n), Accept(rid, step, 0)])
         assert len(f._memo) <= 2 and len(f._seen) <= 2
+    for step, rid in enumerate(["r0", "r1", "r2", "r3", "r4", "r5"], start=6):
+        for eng in (e, plain):
+            eng.run([StepBegin(step), Propose(rid, step, step % 4)])
+        assert f.try_end(Finish(rid, step)) == plain.apply(Finish(rid, step))
+        assert len(f._discards) <= 2
     assert e.totals == plain.totals
 
 
@@ -285,6 +327,8 @@ def _replay(lines: list[bytes], fast: bool, monkeypatch: pytest.MonkeyPatch) -> 
     with monkeypatch.context() as m:
         if not fast:
             m.setattr(Replayer, "_fast_request_step", lambda *a: False)
+            m.setattr(Replayer, "_fast_discarded", lambda *a: False)
+            m.setattr(BlockFolder, "try_end", lambda *a: None)
         out = replay_file(
             "log",
             progress=False,
@@ -294,8 +338,12 @@ def _replay(lines: list[bytes], fast: bool, monkeypatch: pytest.MonkeyPatch) -> 
     return result_json(out)
 
 
+_OUTCOMES = ["discarded_finished", "discarded_aborted", "discarded_preempted", "discarded_stale"]
+
+
 def _corrupt(lines: list[bytes], rng: random.Random) -> list[bytes]:
-    """Nudge a few request_step counts and outcomes (divergences, illegal blocks)."""
+    """Nudge a few request_step counts and outcomes, and turn a few finishes into aborts or
+    preemptions (divergences, illegal blocks, every lifecycle path)."""
     out: list[bytes] = []
     for raw in lines:
         rec = json.loads(raw)
@@ -303,8 +351,11 @@ def _corrupt(lines: list[bytes], rng: random.Random) -> list[bytes]:
             name = rng.choice(["proposed", "scheduled", "accepted", "sampled", "grammar_valid"])
             if rec.get(name) is not None:
                 rec[name] = max(0, rec[name] + rng.choice([-1, 1, 2]))
-            if rng.random() < 0.2:
-                rec["outcome"] = "discarded_preempted"
+            if rng.random() < 0.3:
+                rec["outcome"] = rng.choice(_OUTCOMES)
+        elif rec["record"] == "request" and rec["event"] == "finish" and rng.random() < 0.2:
+            del rec["reason"]
+            rec["event"] = rng.choice(["abort", "preempt"])
         out.append(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
     return out
 
@@ -325,6 +376,21 @@ def test_replay_fast_path_is_the_slow_path(seed: int, monkeypatch: pytest.Monkey
     )
     for log in (lines, _corrupt(lines, rng)):
         assert _replay(log, True, monkeypatch) == _replay(log, False, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(FIXTURES.glob("*.ndjson.gz")), ids=lambda p: p.name.split(".")[0]
+)
+def test_replay_fast_path_is_the_slow_path_on_vllm_logs(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every recorded vLLM log (aborts, preemptions, stale outputs included) replays to the
+    same report with and without the fast paths."""
+    with gzip.open(path) as f:
+        lines = f.read().splitlines(keepends=True)
+    fast = _replay(lines, True, monkeypatch)
+    assert fast["status"] == "agree"
+    assert fast == _replay(lines, False, monkeypatch)
 
 
 def test_replay_fast_path_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
