@@ -34,7 +34,7 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters
 from spectally.reference.errors import IllegalEvent, InvariantViolation
 from spectally.reference.events import Abort, Accept, Event, Finish, StepBegin
-from spectally.reference.fastpath import BlockFolder
+from spectally.reference.fastpath import BlockFolder, PreparedBlock
 from spectally.reference.invariants import check_invariants
 from spectally.reference.machine import BlockCounts, Engine, EngineConfig, RequestState
 from spectally.reference.metrics import derived_metrics, legacy_metrics
@@ -388,7 +388,7 @@ class FastBlock:
     events, the vllm-legacy counts of the block they close and its shift terms. Compared and
     hashed by identity (a step's account counts its fast blocks per FastBlock object)."""
 
-    events: BlockCounts
+    prepared: PreparedBlock  # the block's events, prepared by the replay's `BlockFolder`
     legacy: LegacyStepCounts[int]
     shift: tuple[tuple[str, int], ...]  # nonzero Shift terms
     row: tuple[int, int, int]  # legacy num_drafts, num_draft_tokens, num_accepted_tokens
@@ -551,7 +551,7 @@ class Replayer:
         decoded by ``json.loads`` as `parse_line` decodes it, validated field by field in one
         expression (the checks of `records._fast_ok` for request_step: exact key set, ints >= 0,
         nullable ints, a non-empty request id, the outcome) and the block goes to
-        `BlockFolder.try_block`. Anything else, or any check failing, goes through `parse_line` and
+        `BlockFolder.fold`. Anything else, or any check failing, goes through `parse_line` and
         `feed` (which re-decodes nothing: the decoded object is passed on), so errors, texts and
         state are those of the per-record path."""
         path = self.path
@@ -579,7 +579,7 @@ class Replayer:
                 )
                 if hot:
                     assert engine is not None and folder is not None and account is not None
-                    get_state, try_block = engine.requests.get, folder.try_block
+                    get_state, fold_block = engine.requests.get, folder.fold
                     current = self.step
                     add_block, fast_blocks = account.blocks.append, account.fast
                     fast_count = fast_blocks.get
@@ -655,7 +655,7 @@ class Replayer:
                                     )
                                     if (
                                         plan is not None
-                                        and try_block(rid, step, plan.events) is not None
+                                        and fold_block(rid, step, plan.prepared) is not None
                                     ):
                                         done += 1
                                         add_block((lineno, rid, plan.row))
@@ -885,7 +885,7 @@ class Replayer:
     def _fast_request_step(self, line: int, rec: Record, rid: str, step: int) -> bool:
         """An applied block on a request with nothing pending (no held lifecycle event, no
         quarantine, no open block): when its record shape is known to agree (`_fast_shape`),
-        the whole block goes to `BlockFolder.try_block` at once and the legacy sums are advanced
+        the whole block goes to `BlockFolder.fold` at once and the legacy sums are advanced
         from the memoised profile. Exactly what the slow path does for such a record; False
         (nothing done) whenever anything differs, and the slow path takes the record."""
         engine, folder = self.engine, self.folder
@@ -917,7 +917,7 @@ class Replayer:
             if len(fast) >= FAST_MEMO:
                 fast.clear()
             fast[key] = plan
-        if plan is None or folder.try_block(rid, step, plan.events) is None:
+        if plan is None or folder.fold(rid, step, plan.prepared) is None:
             return False
         self.checked += 1
         account = self.account
@@ -929,7 +929,7 @@ class Replayer:
     def _fast_discarded(self, line: int, rec: Record, rid: str, step: int, outcome: str) -> bool:
         """A block the record says a lifecycle event discards (finished, aborted, preempted:
         no Accept), on a request with no open block: when its record shape is known to agree
-        (`_discarded_shape`), its events open it at once (`BlockFolder.try_open`) and its claim
+        (`_discarded_shape`), its events open it at once (`BlockFolder.open`) and its claim
         waits, as on the slow path, for the lifecycle event that closes it. False (nothing
         done) whenever anything differs, and the slow path takes the record."""
         engine, folder, account = self.engine, self.folder, self.account
@@ -963,7 +963,7 @@ class Replayer:
             if len(memo) >= FAST_MEMO:
                 memo.clear()
             memo[key] = plan
-        if plan is None or folder.try_open(rid, step, plan.events) is None:
+        if plan is None or folder.open(rid, step, plan.prepared) is None:
             return False
         self.checked += 1
         self.claims[(rid, step)] = Claim(line, outcome, rec)
@@ -1016,8 +1016,10 @@ class Replayer:
             *((type(e), _count(e)) for e in plan.events),
             (Accept, plan.accept.num_tokens),
         )
-        inputs = self.folder.block_inputs(state, rec["step"], events)
-        return None if inputs is None else self._checked_shape(plan, events, inputs, rec)
+        prepared = self.folder.prepare(state, rec["step"], events)
+        if prepared is None or prepared.fold is None:
+            return None
+        return self._checked_shape(plan, prepared, prepared.fold.x, rec)
 
     def _discarded_shape(self, state: RequestState, rec: Record) -> FastBlock | None:
         """The `FastBlock` of a record whose block a lifecycle event discards, on ``state``
@@ -1030,15 +1032,19 @@ class Replayer:
             return None
         assert plan.accept is None  # only a stale block's record carries an Accept
         events: BlockCounts = tuple((type(e), _count(e)) for e in plan.events)
-        block = self.folder.opened_block(state, rec["step"], events)
-        if block is None:
+        prepared = self.folder.prepare(state, rec["step"], events)
+        if prepared is None or prepared.opened is None:
             return None
         # What `_request_step` checks of such a block: not applied, not reported (not stale).
-        inputs = block.inputs(state.structured, rec["accepted"], False, False)
-        return self._checked_shape(plan, events, inputs, rec)
+        inputs = prepared.opened.inputs(state.structured, rec["accepted"], False, False)
+        return self._checked_shape(plan, prepared, inputs, rec)
 
     def _checked_shape(
-        self, plan: BlockPlan, events: BlockCounts, inputs: StepInputs[int, bool], rec: Record
+        self,
+        plan: BlockPlan,
+        prepared: PreparedBlock,
+        inputs: StepInputs[int, bool],
+        rec: Record,
     ) -> FastBlock | None:
         """The `FastBlock` of a block with these ``inputs`` when every per-block check of
         `_request_step` passes on ``rec`` (scheduled slots, invalid, accepted), else None."""
@@ -1054,7 +1060,7 @@ class Replayer:
         shift = tuple((n, v) for n, v in zip(SHIFT_TERMS, prof.shift, strict=True) if v)
         lg = prof.legacy
         return FastBlock(
-            events, lg, shift, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
+            prepared, lg, shift, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
         )
 
     def _step_stats(self, line: int, rec: Record) -> None:

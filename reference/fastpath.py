@@ -14,12 +14,15 @@ A `BlockFolder` does so only when the result cannot depend on anything but the b
   the first block of every engine step).
 
 Then the block's effect is a pure function of (mode, k, drop_stale_output, structured, events):
-the applied block the events close (`try_block`) or the block they leave open (`try_open`).
-It is computed once, by the engine's own transition (`Engine._block_event`) on a fresh request,
-and memoised. An illegal block is never memoised as legal: the folder declines it, and
-`apply_block` then applies the events one by one with `Engine.apply`, which reports the first
-illegal one exactly as it always does (E7). A closed block is folded into the request's and the
-engine's `CounterSum` as `Engine.apply` folds it.
+the applied block the events close or the block they leave open. `BlockFolder.prepare`
+computes it once, by the engine's own transition (`Engine._block_event`) on a fresh request,
+and memoises it as a `PreparedBlock`; `fold` (a closing block) and `open` (a block left open)
+then apply it to any request in that state. An illegal block is never prepared: the folder
+declines it, and `apply_block` then applies the events one by one with `Engine.apply`, which
+reports the first illegal one exactly as it always does (E7). A closed block is folded into
+the request's and the engine's `CounterSum` as `Engine.apply` folds it. A Finish or an Abort
+goes through `try_end`: each open block is discarded by the engine's own `Engine._discard`,
+memoised per block shape.
 
 tests/test_fast_path.py checks all of this against `Engine.apply` on random traces, legal and
 illegal; proofs/ and the mutant tests exercise the plain engine (a patched rule switches the
@@ -47,10 +50,6 @@ from .step import StepInputs
 
 MAX_MEMO = 1 << 16  # distinct blocks a folder remembers (then it starts afresh)
 
-# What a block's events do to a fresh request: close one applied block (its `Fold`), leave one
-# block open (that `Block`, at the step it was first seen), or anything else (None: decline).
-Effect = Fold | Block | None
-
 _MISSING = object()
 # RequestState(...) without the frozen dataclass's per-field object.__setattr__ (one per fast
 # block); the folder fills every field, as __init__ would.
@@ -71,30 +70,53 @@ def rules_intact() -> bool:
     return _machine_rules() == _ORIGINAL_RULES and _counters.rules_intact()
 
 
+class PreparedBlock:
+    """A block's events, checked, with what they do to a fresh request: close one applied
+    block (``fold``: `Fold` of its inputs) or leave one open (``opened``, at the step it was
+    first seen). Made only by `BlockFolder.prepare`, for that folder."""
+
+    __slots__ = ("events", "fold", "folder", "opened", "structured")
+
+    def __init__(
+        self,
+        folder: BlockFolder,
+        structured: bool,
+        events: BlockCounts,
+        fold: Fold | None,
+        opened: Block | None,
+    ) -> None:
+        self.folder = folder
+        self.structured = structured
+        self.events = events
+        self.fold = fold
+        self.opened = opened
+
+
 class BlockFolder:
     """Applies whole blocks to ``engine`` at once (see the module docstring), else declines."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # (structured, events) -> what the events do to a fresh request (`Effect`).
-        self._memo: dict[tuple[bool, BlockCounts], Effect] = {}
-        # id(events) -> (events, structured, effect) for events objects whose counts were
-        # checked as ints: the memo by identity, one hash of an int instead of the nested
-        # tuple. An entry keeps its events object alive, so the id is not reused.
-        self._seen: dict[int, tuple[BlockCounts, bool, Fold | Block]] = {}
+        # (structured, events) -> the prepared block, or None (the folder declines it).
+        self._memo: dict[tuple[bool, BlockCounts], PreparedBlock | None] = {}
         # (structured, outcome, the block but its step) -> the `Fold` of that block discarded.
         self._discards: dict[tuple[object, ...], Fold] = {}
         self._rules_step: int | None = None  # the engine step whose rules were found intact
 
+    # -- by events ---------------------------------------------------------------------------
+
     def apply_block(self, request: str, step: int, events: BlockCounts) -> list[ClosedBlock]:
         """Exactly `Engine.apply` of each event ``cls(request, step, count)`` in turn (same
         rules, same `IllegalEvent` for the first illegal one, with the legal ones before it
-        applied, E7), at once when the folder can (`try_block`, `try_open`)."""
-        inputs = self.try_block(request, step, events)
-        if inputs is not None:
-            return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
-        if self.try_open(request, step, events) is not None:
-            return []
+        applied, E7), at once when the folder can."""
+        state = self.engine.requests.get(request)
+        prepared = None if state is None else self.prepare(state, step, events)
+        if prepared is not None:
+            inputs = self.fold(request, step, prepared)
+            if inputs is not None:
+                return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
+            if self.open(request, step, prepared) is not None:
+                return []
         closed: list[ClosedBlock] = []
         for cls, count in events:
             closed.extend(self.engine.apply(cls(request, step, count)))
@@ -103,29 +125,71 @@ class BlockFolder:
     def try_block(
         self, request: str, step: int, events: BlockCounts
     ) -> StepInputs[int, bool] | None:
-        """Apply ``events``, which open and close one applied block, at once; return its
-        inputs. None, having changed nothing, when the folder cannot."""
+        """`prepare` and `fold`: apply ``events``, which open and close one applied block, at
+        once and return its inputs; None, having changed nothing, when the folder cannot."""
+        state = self.engine.requests.get(request)
+        prepared = None if state is None else self.prepare(state, step, events)
+        return None if prepared is None else self.fold(request, step, prepared)
+
+    def try_open(self, request: str, step: int, events: BlockCounts) -> Block | None:
+        """`prepare` and `open`: apply ``events``, which open one block and leave it open, at
+        once and return that block; None, having changed nothing, when the folder cannot."""
+        state = self.engine.requests.get(request)
+        prepared = None if state is None else self.prepare(state, step, events)
+        return None if prepared is None else self.open(request, step, prepared)
+
+    # -- prepared ----------------------------------------------------------------------------
+
+    def prepare(self, state: RequestState, step: int, events: BlockCounts) -> PreparedBlock | None:
+        """What ``events`` do to ``state`` (active, no open block, no block opened in this
+        step, ``step`` the current one), memoised per (structured, events): a `PreparedBlock`
+        when they close one applied block or leave one block open, else None (an illegal
+        event, a count that is not an int, anything else; the state is not such a state).
+        Changes nothing."""
+        if not (
+            not state.blocks
+            and state.status is RequestStatus.ACTIVE
+            and step == self.engine.current_step
+            and state.last_block_step != step
+        ):
+            return None
+        # True == 1: a bool count must go the way of `apply`, so the counts are checked before
+        # the memo (by value) is consulted.
+        for event in events:
+            if type(event[1]) is not int:
+                return None
+        key = (state.structured, events)
+        memo = self._memo
+        prepared = memo.get(key, _MISSING)
+        if prepared is _MISSING:
+            prepared = self._run_fresh(state, step, events)
+            if len(memo) >= MAX_MEMO:
+                memo.clear()
+            memo[key] = prepared
+        assert prepared is None or isinstance(prepared, PreparedBlock)
+        return prepared
+
+    def fold(
+        self, request: str, step: int, prepared: PreparedBlock
+    ) -> StepInputs[int, bool] | None:
+        """Apply a prepared closing block to ``request`` at ``step``; return its inputs. None,
+        having changed nothing, when the block does not close or the guard fails."""
         engine = self.engine
         state = engine.requests.get(request)
+        fold = prepared.fold
         if (
-            state is None
+            fold is None
+            or state is None
             or state.blocks
             or state.status is not RequestStatus.ACTIVE
+            or state.structured is not prepared.structured
+            or prepared.folder is not self
             or engine.check
             or type(step) is not int
             or step != engine.current_step
             or state.last_block_step == step
             or (step != self._rules_step and not self._rules_ok(step))
         ):
-            return None
-        structured = state.structured
-        hit = self._seen.get(id(events))
-        fold: Effect
-        if hit is not None and hit[0] is events and hit[1] is structured:
-            fold = hit[2]
-        else:
-            fold = self._effect(state, step, events)
-        if type(fold) is not Fold:
             return None
         # `CounterSum.add_fold` on the request's and the engine's sums, inlined (the same
         # pending counts, the same bound).
@@ -150,15 +214,19 @@ class BlockFolder:
         engine.requests[request] = new
         return fold.x
 
-    def try_open(self, request: str, step: int, events: BlockCounts) -> Block | None:
-        """Apply ``events``, which open one block and leave it open (no Accept), at once;
-        return that block. None, having changed nothing, when the folder cannot."""
+    def open(self, request: str, step: int, prepared: PreparedBlock) -> Block | None:
+        """Apply a prepared block that stays open to ``request`` at ``step``; return the open
+        block. None, having changed nothing, when the block closes or the guard fails."""
         engine = self.engine
         state = engine.requests.get(request)
+        opened = prepared.opened
         if (
-            state is None
+            opened is None
+            or state is None
             or state.blocks
             or state.status is not RequestStatus.ACTIVE
+            or state.structured is not prepared.structured
+            or prepared.folder is not self
             or engine.check
             or type(step) is not int
             or step != engine.current_step
@@ -166,16 +234,7 @@ class BlockFolder:
             or (step != self._rules_step and not self._rules_ok(step))
         ):
             return None
-        structured = state.structured
-        hit = self._seen.get(id(events))
-        found: Effect
-        if hit is not None and hit[0] is events and hit[1] is structured:
-            found = hit[2]
-        else:
-            found = self._effect(state, step, events)
-        if type(found) is not Block:
-            return None
-        block = _at_step(found, step)
+        block = _at_step(opened, step)
         new = _new_state(RequestState)
         fields = new.__dict__
         fields.update(state.__dict__)
@@ -183,6 +242,8 @@ class BlockFolder:
         fields["last_block_step"] = step
         engine.requests[request] = new
         return block
+
+    # -- lifecycle -------------------------------------------------------------------------
 
     def try_end(self, event: Finish | Abort) -> list[ClosedBlock] | None:
         """`Engine.apply` of a legal ``Finish`` or ``Abort``, with its discards memoised:
@@ -239,31 +300,6 @@ class BlockFolder:
         )
         return closed
 
-    def block_inputs(
-        self, state: RequestState, step: int, events: BlockCounts
-    ) -> StepInputs[int, bool] | None:
-        """The inputs of the applied block ``events`` close on ``state`` (active, no open
-        block, at the current step); None if any event is illegal, a count is not an int, or
-        the events do not close exactly that block. Changes nothing."""
-        effect = self._effect(state, step, events) if self._fresh(state, step) else None
-        return effect.x if type(effect) is Fold else None
-
-    def opened_block(self, state: RequestState, step: int, events: BlockCounts) -> Block | None:
-        """The block ``events`` open and leave open on ``state`` (active, no open block, at
-        the current step); None if any event is illegal, a count is not an int, or the events
-        do not leave exactly that block open. Changes nothing."""
-        effect = self._effect(state, step, events) if self._fresh(state, step) else None
-        return _at_step(effect, step) if type(effect) is Block else None
-
-    def _fresh(self, state: RequestState, step: int) -> bool:
-        """Whether a block at ``step`` on ``state`` depends on nothing but its events."""
-        return (
-            not state.blocks
-            and state.status is RequestStatus.ACTIVE
-            and step == self.engine.current_step
-            and state.last_block_step != step
-        )
-
     def _rules_ok(self, step: int) -> bool:
         """Whether every rule is the original, checked once per engine step."""
         if not rules_intact():
@@ -271,36 +307,12 @@ class BlockFolder:
         self._rules_step = step
         return True
 
-    def _effect(self, state: RequestState, step: int, events: BlockCounts) -> Effect:
-        """What ``events`` do to ``state`` (the caller checked it is active, with no open
-        block, at the current step, no block opened in it), memoised by value; remembers
-        ``events`` by identity once its counts are checked as ints."""
-        # True == 1: a bool count must go the way of `apply`, so every events object is checked
-        # before its effect is looked up or remembered.
-        for event in events:
-            if type(event[1]) is not int:
-                return None
-        structured = state.structured
-        key = (structured, events)
-        memo = self._memo
-        effect = memo.get(key, _MISSING)
-        if effect is _MISSING:
-            effect = self._run_fresh(state, step, events)
-            if len(memo) >= MAX_MEMO:
-                memo.clear()
-            memo[key] = effect
-        assert effect is None or isinstance(effect, (Fold, Block))
-        if effect is not None:
-            seen = self._seen
-            if len(seen) >= MAX_MEMO:
-                seen.clear()
-            seen[id(events)] = (events, structured, effect)
-        return effect
-
-    def _run_fresh(self, state: RequestState, step: int, events: BlockCounts) -> Effect:
+    def _run_fresh(
+        self, state: RequestState, step: int, events: BlockCounts
+    ) -> PreparedBlock | None:
         """``events`` through `Engine._block_event` on a fresh copy of ``state`` (which the
-        caller found active, with no open block, at the current step): the applied block they
-        close, the one they leave open, or None (an illegal event, or anything else)."""
+        caller found active, with no open block, at the current step), prepared: the applied
+        block they close, the one they leave open, or None (an illegal event, anything else)."""
         engine = self.engine
         fresh = RequestState(
             state.request,
@@ -324,9 +336,10 @@ class BlockFolder:
             # events closed exactly that block, applied, and any event after it was illegal.
             assert not fresh.blocks and len(closed) == 1
             assert closed[0].outcome is Outcome.APPLIED
-            return Fold(engine.config.mode, closed[0].inputs)
+            fold = Fold(engine.config.mode, closed[0].inputs)
+            return PreparedBlock(self, state.structured, events, fold, None)
         if len(fresh.blocks) == 1:
-            return fresh.blocks[0]
+            return PreparedBlock(self, state.structured, events, None, fresh.blocks[0])
         return None
 
 

@@ -183,7 +183,7 @@ def test_try_block_preconditions() -> None:
     e.apply(Propose("a", 3, 1))
     assert f.try_block("a", 3, block) is None  # an open block
     assert f.try_open("a", 3, ((Propose, 1),)) is None
-    assert f.block_inputs(e.requests["a"], 3, block) is None
+    assert f.prepare(e.requests["a"], 3, block) is None
     e.apply(Finish("a", 1))
     assert f.try_block("a", 1, block) is None  # finished
     assert f.try_open("a", 1, ((Propose, 1),)) is None
@@ -192,6 +192,29 @@ def test_try_block_preconditions() -> None:
     assert BlockFolder(checked).try_block("a", 0, block) is None  # runtime checks on
     assert BlockFolder(checked).try_open("a", 0, ((Propose, 1),)) is None
     assert f.try_block("a", 0, block) is None  # not the current step
+
+
+def test_prepared_blocks_fold_only_where_prepared() -> None:
+    """A prepared block applies only through its own folder, to a request with the same
+    structured flag, and only as what it is (a closing block folds, an open block opens)."""
+    config = EngineConfig(Mode.SYNC, 4)
+    e = Engine(config, check=False)
+    f = BlockFolder(e)
+    e.run([StepBegin(0), AddRequest("u", 0), AddRequest("s", 0, structured=True)])
+    closing = f.prepare(e.requests["u"], 0, ((Propose, 2), (Verify, 2), (Accept, 1)))
+    opening = f.prepare(e.requests["u"], 0, ((Propose, 2),))
+    assert closing is not None and closing.fold is not None and closing.opened is None
+    assert opening is not None and opening.opened is not None and opening.fold is None
+    before = _state(e)
+    other = BlockFolder(e)
+    assert other.fold("u", 0, closing) is None  # another folder's block
+    assert other.open("u", 0, opening) is None
+    assert f.fold("s", 0, closing) is None  # prepared for an unstructured request
+    assert f.open("s", 0, opening) is None
+    assert f.open("u", 0, closing) is None  # closes: not an open block
+    assert f.fold("u", 0, opening) is None  # stays open: nothing to fold
+    assert _state(e) == before
+    assert f.fold("u", 0, closing) is not None
 
 
 def test_try_open_leaves_the_block_open_at_its_step() -> None:
@@ -258,7 +281,7 @@ def test_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         f.apply_block(f"r{step}", step, ((Propose, n), (Verify, n), (Accept, 0)))
         rid = f"r{step}"
         plain.run([Propose(rid, step, n), Verify(rid, step, n), Accept(rid, step, 0)])
-        assert len(f._memo) <= 2 and len(f._seen) <= 2
+        assert len(f._memo) <= 2
     for step, rid in enumerate(["r0", "r1", "r2", "r3", "r4", "r5"], start=6):
         for eng in (e, plain):
             eng.run([StepBegin(step), Propose(rid, step, step % 4)])
@@ -318,6 +341,12 @@ def test_patched_rules_fold_block_by_block(monkeypatch: pytest.MonkeyPatch) -> N
     assert f.try_block("a", 0, block) is None  # the fast path is off under a patch
     f.apply_block("a", 0, block)
     assert e.totals.rfc.padding == 1 == e.request_counters("a").rfc.padding
+    e.apply(StepBegin(1))
+    assert f.try_open("a", 1, ((Propose, 2),)) is None
+    f.apply_block("a", 1, ((Propose, 2),))
+    assert f.try_end(Finish("a", 1)) is None
+    e.apply(Finish("a", 1))
+    assert e.totals.rfc.padding == 2  # the discarded block too, under the patched rule
 
 
 # -- the replay's fast path against its slow path ---------------------------------------------
