@@ -338,12 +338,17 @@ class CounterSum:
         if view is not None:
             return view
         total = self._base
-        intact = rules_intact()
-        for key, n in self._pending.items():
-            mode, x = (key.mode, key.x) if isinstance(key, Fold) else key
-            if intact:
-                total = total.merge(_times(Counters.zero(self.k).add_step(mode, x), n))
-            else:
+        blocks = [
+            ((key.mode, key.x) if isinstance(key, Fold) else key, n)
+            for key, n in self._pending.items()
+        ]
+        if blocks and rules_intact():
+            zero = Counters.zero(self.k)
+            total = total.merge(
+                _weighted_sum([(zero.add_step(mode, x), n) for (mode, x), n in blocks])
+            )
+        else:
+            for (mode, x), n in blocks:
                 for _ in range(n):
                     total = total.add_step(mode, x)
         self._pending.clear()
@@ -372,18 +377,21 @@ class Fold:
         self.x = x
 
 
-def _times(c: Counters, n: int) -> Counters:
-    """``c`` merged with itself ``n >= 1`` times, by doubling (log n merges)."""
+def _weighted_sum(terms: list[tuple[Counters, int]]) -> Counters:
+    """Σ n · c over ``terms`` (each n >= 1), with `Counters.merge` only: Horner's rule over the
+    bits of the n, from the highest down (double the sum, then merge every c whose n has that
+    bit). Exact because merge is a commutative monoid (property "merge:monoid"); it takes
+    about (bits of the largest n) + (set bits of all n) merges instead of about twice the bits
+    of every n."""
     result: Counters | None = None
-    power = c
-    while True:
-        if n & 1:
-            result = power if result is None else result.merge(power)
-        n >>= 1
-        if not n:
-            assert result is not None
-            return result
-        power = power.merge(power)
+    for bit in reversed(range(max(n for _, n in terms).bit_length())):
+        if result is not None:
+            result = result.merge(result)
+        for c, n in terms:
+            if n >> bit & 1:
+                result = c if result is None else result.merge(c)
+    assert result is not None
+    return result
 
 
 def _rules() -> tuple[object, ...]:
