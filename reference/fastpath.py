@@ -261,12 +261,13 @@ class BlockFolder:
             return None
         request, step, current = event.request, event.step, engine.current_step
         state = engine.requests.get(request) if type(request) is str else None
+        if state is None:
+            return None
+        assert current is not None  # a request is added in a step that began (E1, E2)
         if (
-            state is None
-            or state.status is not RequestStatus.ACTIVE
+            state.status is not RequestStatus.ACTIVE
             or engine.check
             or type(step) is not int
-            or current is None
             or not 0 <= step <= current
             or (current != self._rules_step and not self._rules_ok(current))
         ):

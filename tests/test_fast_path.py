@@ -217,6 +217,35 @@ def test_prepared_blocks_fold_only_where_prepared() -> None:
     assert f.fold("u", 0, closing) is not None
 
 
+def test_fold_and_open_guards() -> None:
+    """Every precondition of `fold`, `open` and `prepare`, one at a time, with a block that
+    would otherwise apply: each declines and changes nothing."""
+    config = EngineConfig(Mode.ASYNC, 4)
+    e = Engine(config, check=False)
+    f = BlockFolder(e)
+    e.run([StepBegin(0), *(AddRequest(rid, 0) for rid in ("a", "done", "once")), StepBegin(1)])
+    closing = f.prepare(e.requests["a"], 1, ((Propose, 2), (Verify, 2), (Accept, 1)))
+    opening = f.prepare(e.requests["a"], 1, ((Propose, 2),))
+    assert closing is not None and opening is not None
+    e.apply(Finish("done", 1))
+    assert f.fold("once", 1, closing) is not None  # "once" has had its block in step 1 (E3)
+    before = _state(e)
+    for apply_, prepared in ((f.fold, closing), (f.open, opening)):
+        assert apply_("nobody", 1, prepared) is None  # unknown request
+        assert apply_("done", 1, prepared) is None  # finished
+        assert apply_("once", 1, prepared) is None  # a second block in the step
+        assert apply_("a", True, prepared) is None  # type: ignore[arg-type]  # True == 1
+        assert apply_("a", 0, prepared) is None  # not the current step
+        assert apply_("a", 2, prepared) is None  # a step that has not begun
+        assert _state(e) == before
+    assert f.prepare(e.requests["done"], 1, ((Propose, 2),)) is None
+    assert f.prepare(e.requests["once"], 1, ((Propose, 2),)) is None
+    assert f.prepare(e.requests["a"], 2, ((Propose, 2),)) is None
+    assert f.open("a", 1, opening) is not None and f.fold("a", 1, closing) is None
+    e.apply(StepBegin(2))
+    assert f.prepare(e.requests["a"], 2, ((Propose, 2),)) is None  # a block still open
+
+
 def test_try_open_leaves_the_block_open_at_its_step() -> None:
     """An open block memoised at one step is re-stepped when the same events open another;
     the state equals the plain engine's, and a later event continues it."""
@@ -258,7 +287,9 @@ def test_try_end_preconditions() -> None:
     ]:
         assert f.try_end(event) is None  # type: ignore[arg-type]
         assert _state(e) == before
-    assert BlockFolder(Engine(config, check=True)).try_end(Finish("a", 0)) is None
+    checked = Engine(config, check=True)
+    checked.run([StepBegin(0), AddRequest("a", 0)])
+    assert BlockFolder(checked).try_end(Finish("a", 0)) is None  # runtime checks on
     closed = f.try_end(Abort("a", 1))
     assert closed == plain.apply(Abort("a", 1))
     assert closed is not None and [c.step for c in closed] == [0, 1]
@@ -371,11 +402,20 @@ _OUTCOMES = ["discarded_finished", "discarded_aborted", "discarded_preempted", "
 
 
 def _corrupt(lines: list[bytes], rng: random.Random) -> list[bytes]:
-    """Nudge a few request_step counts and outcomes, and turn a few finishes into aborts or
-    preemptions (divergences, illegal blocks, every lifecycle path)."""
+    """Nudge a few request_step counts and outcomes, turn a few finishes into aborts or
+    preemptions, and repeat a few discarded blocks steps later, when their request has ended
+    (divergences, illegal blocks, every lifecycle path)."""
     out: list[bytes] = []
+    ended: list[dict[str, Any]] = []
     for raw in lines:
         rec = json.loads(raw)
+        if rec["record"] == "request_step" and rec["outcome"] != "applied":
+            ended.append(dict(rec))
+        if rec["record"] == "request_step" and ended and rng.random() < 0.01:
+            late = ended.pop(0)
+            if late["step"] + 2 <= rec["step"]:
+                late["step"] = rec["step"]
+                out.append(json.dumps(late, separators=(",", ":")).encode() + b"\n")
         if rec["record"] == "request_step" and rng.random() < 0.03:
             name = rng.choice(["proposed", "scheduled", "accepted", "sampled", "grammar_valid"])
             if rec.get(name) is not None:
