@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 import sys
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from operator import add
+from operator import add, itemgetter
 from typing import Any
 
 from spectally.reference.arith import INT_ARITH
@@ -395,6 +395,18 @@ class FastBlock:
 
 
 FAST_MEMO = 1 << 16  # distinct record shapes remembered (then the memo starts afresh)
+# A request_step record's counts: with the structured flag (and, for a discarded block, the
+# outcome), its shape.
+SHAPE_COUNTS = itemgetter(
+    "proposed",
+    "padding",
+    "grammar_valid",
+    "scheduled",
+    "invalid",
+    "verified",
+    "accepted",
+    "sampled",
+)
 
 
 @dataclass
@@ -895,35 +907,11 @@ class Replayer:
         state = engine.requests.get(rid)
         if state is None:
             return False
-        key = (
-            state.structured,
-            rec["proposed"],
-            rec["padding"],
-            rec["grammar_valid"],
-            rec["scheduled"],
-            rec["invalid"],
-            rec["verified"],
-            rec["accepted"],
-            rec["sampled"],
-        )
-        fast = self.fast
-        if key in fast:
-            plan = fast[key]
-        else:
-            if state.blocks or step != engine.current_step:
-                return False  # the shape is learnt on a request in the fast path's state
-            # Only counts that are ints >= 0 get a FastBlock: `feed_lines` relies on it.
-            plan = self._fast_shape(state, rec) if _counts_ok(key[1:]) else None
-            if len(fast) >= FAST_MEMO:
-                fast.clear()
-            fast[key] = plan
+        key = (state.structured, *SHAPE_COUNTS(rec))  # as `feed_lines` builds it
+        plan = self._known_shape(self.fast, key, state, step, rec, self._fast_shape)
         if plan is None or folder.fold(rid, step, plan.prepared) is None:
             return False
-        self.checked += 1
-        account = self.account
-        account.blocks.append((line, rid, plan.row))
-        fast_blocks = account.fast
-        fast_blocks[plan] = fast_blocks.get(plan, 0) + 1
+        self._count_fast(line, rid, plan)
         return True
 
     def _fast_discarded(self, line: int, rec: Record, rid: str, step: int, outcome: str) -> bool:
@@ -932,8 +920,8 @@ class Replayer:
         (`_discarded_shape`), its events open it at once (`BlockFolder.open`) and its claim
         waits, as on the slow path, for the lifecycle event that closes it. False (nothing
         done) whenever anything differs, and the slow path takes the record."""
-        engine, folder, account = self.engine, self.folder, self.account
-        assert engine is not None and folder is not None and account is not None
+        engine, folder = self.engine, self.folder
+        assert engine is not None and folder is not None
         # A held lifecycle event is at most one step old here (`_advance` releases older ones),
         # so the slow path would not release it before this record either.
         if rid in self.quarantined:
@@ -941,36 +929,45 @@ class Replayer:
         state = engine.requests.get(rid)
         if state is None:
             return False
-        key = (
-            state.structured,
-            outcome,
-            rec["proposed"],
-            rec["padding"],
-            rec["grammar_valid"],
-            rec["scheduled"],
-            rec["invalid"],
-            rec["verified"],
-            rec["accepted"],
-            rec["sampled"],
-        )
-        memo = self.fast_discarded
-        if key in memo:
-            plan = memo[key]
-        else:
-            if state.blocks or step != engine.current_step or state.last_block_step == step:
-                return False  # the shape is learnt on a request in the fast path's state
-            plan = self._discarded_shape(state, rec) if _counts_ok(key[2:]) else None
-            if len(memo) >= FAST_MEMO:
-                memo.clear()
-            memo[key] = plan
+        key = (state.structured, outcome, *SHAPE_COUNTS(rec))
+        plan = self._known_shape(self.fast_discarded, key, state, step, rec, self._discarded_shape)
         if plan is None or folder.open(rid, step, plan.prepared) is None:
             return False
-        self.checked += 1
         self.claims[(rid, step)] = Claim(line, outcome, rec)
+        self._count_fast(line, rid, plan)
+        return True
+
+    def _known_shape(
+        self,
+        memo: dict[tuple[Any, ...], FastBlock | None],
+        key: tuple[Any, ...],
+        state: RequestState,
+        step: int,
+        rec: Record,
+        learn: Callable[[RequestState, Record], FastBlock | None],
+    ) -> FastBlock | None:
+        """The `FastBlock` memoised for a record shape (``key`` ends with the record's eight
+        counts), learnt by ``learn`` on first sight; None: the slow path takes the record."""
+        if key in memo:
+            return memo[key]
+        assert self.engine is not None
+        if state.blocks or step != self.engine.current_step or state.last_block_step == step:
+            return None  # a shape is learnt only on a request in the fast path's state
+        # Only counts that are ints >= 0 get a FastBlock: `feed_lines` relies on it.
+        plan = learn(state, rec) if _counts_ok(key[-8:]) else None
+        if len(memo) >= FAST_MEMO:
+            memo.clear()
+        memo[key] = plan
+        return plan
+
+    def _count_fast(self, line: int, rid: str, plan: FastBlock) -> None:
+        """Count a fast block: checked, listed in its step's account, summed at step close."""
+        account = self.account
+        assert account is not None
+        self.checked += 1
         account.blocks.append((line, rid, plan.row))
         fast_blocks = account.fast
         fast_blocks[plan] = fast_blocks.get(plan, 0) + 1
-        return True
 
     def _fold_fast(self) -> None:
         """Add the current step's fast-path blocks (counted per `FastBlock`) to the step's

@@ -99,7 +99,7 @@ class BlockFolder:
         self.engine = engine
         # (structured, events) -> the prepared block, or None (the folder declines it).
         self._memo: dict[tuple[bool, BlockCounts], PreparedBlock | None] = {}
-        # (structured, outcome, the block but its step) -> the `Fold` of that block discarded.
+        # (structured, outcome, the block at step 0) -> the `Fold` of that block discarded.
         self._discards: dict[tuple[object, ...], Fold] = {}
         self._rules_step: int | None = None  # the engine step whose rules were found intact
 
@@ -174,23 +174,11 @@ class BlockFolder:
     ) -> StepInputs[int, bool] | None:
         """Apply a prepared closing block to ``request`` at ``step``; return its inputs. None,
         having changed nothing, when the block does not close or the guard fails."""
-        engine = self.engine
-        state = engine.requests.get(request)
         fold = prepared.fold
-        if (
-            fold is None
-            or state is None
-            or state.blocks
-            or state.status is not RequestStatus.ACTIVE
-            or state.structured is not prepared.structured
-            or prepared.folder is not self
-            or engine.check
-            or type(step) is not int
-            or step != engine.current_step
-            or state.last_block_step == step
-            or (step != self._rules_step and not self._rules_ok(step))
-        ):
+        state = None if fold is None else self._ready(request, step, prepared)
+        if state is None:
             return None
+        assert fold is not None
         # `CounterSum.add_fold` on the request's and the engine's sums, inlined (the same
         # pending counts, the same bound).
         sums = state.sums
@@ -199,30 +187,34 @@ class BlockFolder:
         sums._view = None
         if len(pending) > CounterSum.MAX_PENDING:
             sums.value()
-        totals = engine._totals
+        totals = self.engine._totals
         pending = totals._pending
         pending[fold] = pending.get(fold, 0) + 1
         totals._view = None
         if len(pending) > CounterSum.MAX_PENDING:
             totals.value()
-        # The same state with this step as its latest block step (``blocks`` is () and
-        # ``status`` ACTIVE, checked above).
-        new = _new_state(RequestState)
-        fields = new.__dict__
-        fields.update(state.__dict__)
-        fields["last_block_step"] = step
-        engine.requests[request] = new
+        self._commit(request, state, step, ())
         return fold.x
 
     def open(self, request: str, step: int, prepared: PreparedBlock) -> Block | None:
         """Apply a prepared block that stays open to ``request`` at ``step``; return the open
         block. None, having changed nothing, when the block closes or the guard fails."""
+        opened = prepared.opened
+        state = None if opened is None else self._ready(request, step, prepared)
+        if state is None:
+            return None
+        assert opened is not None
+        block = _at_step(opened, step)
+        self._commit(request, state, step, (block,))
+        return block
+
+    def _ready(self, request: str, step: int, prepared: PreparedBlock) -> RequestState | None:
+        """The request's state if ``prepared`` may be applied to it at ``step`` (the guard of
+        the module docstring), else None."""
         engine = self.engine
         state = engine.requests.get(request)
-        opened = prepared.opened
         if (
-            opened is None
-            or state is None
+            state is None
             or state.blocks
             or state.status is not RequestStatus.ACTIVE
             or state.structured is not prepared.structured
@@ -234,14 +226,20 @@ class BlockFolder:
             or (step != self._rules_step and not self._rules_ok(step))
         ):
             return None
-        block = _at_step(opened, step)
+        return state
+
+    def _commit(
+        self, request: str, state: RequestState, step: int, blocks: tuple[Block, ...]
+    ) -> None:
+        """The request's new state: ``state`` with these open blocks and this step as its latest
+        block step (E3); ``status`` stays ACTIVE. Built without the frozen dataclass's per-field
+        setattr."""
         new = _new_state(RequestState)
         fields = new.__dict__
         fields.update(state.__dict__)
-        fields["blocks"] = (block,)
+        fields["blocks"] = blocks
         fields["last_block_step"] = step
-        engine.requests[request] = new
-        return block
+        self.engine.requests[request] = new
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -275,18 +273,7 @@ class BlockFolder:
         closed: list[ClosedBlock] = []
         sums, totals, memo = state.sums, engine._totals, self._discards
         for block in state.blocks:
-            key = (
-                state.structured,
-                outcome,
-                block.stages,
-                block.proposed,
-                block.padding,
-                block.grammar_valid,
-                block.schedule_cap,
-                block.av_cap,
-                block.stale,
-                block.stale_dropped,
-            )
+            key = (state.structured, outcome, _at_step(block, 0))  # its shape, not its step
             fold = memo.get(key)
             if fold is None:
                 discarded = engine._discard(state, block, outcome)

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/mutate_fastpath_guards.py     # about 2-3 minutes
 
-Every condition of a `BlockFolder` guard (the ``if (...)`` of `fold`, `open` and `try_end`,
+Every condition of a `BlockFolder` guard (the ``if (...)`` of `_ready` and `try_end`,
 the ``if not (...)`` of `prepare`) is made vacuous in its own run, then the fast-path and
 replay tests run against that mutant. A mutant the tests do not catch is a guard nothing
 pins: the script lists it and exits 1. The file is edited in place and always restored.
