@@ -1490,10 +1490,12 @@ def explain_shift(totals: Counters, s: Shift) -> dict[str, Any]:
 def _counted(
     lines: Iterable[tuple[int, bytes, bool]], bar: Any
 ) -> Iterator[tuple[int, bytes, bool]]:
+    n = 0
     for n, line in enumerate(lines, start=1):
         yield line
         if n % 4096 == 0:
             bar.update(4096)
+    bar.update(n % 4096)  # the last partial batch: the bar ends at the record count
 
 
 def records_of(path: str, lines: Iterable[tuple[int, bytes, bool]]) -> Iterator[tuple[int, Record]]:

@@ -264,3 +264,12 @@ def test_open_blocks_are_reported(tmp_path: Path) -> None:
 def test_help_documents_exit_codes() -> None:
     text = CliRunner().invoke(replay, ["--help"]).output
     assert "0 every log agrees" in text and "1 a divergence" in text and "2 bad input" in text
+
+
+def test_progress_bar_counts_every_record(capsys: pytest.CaptureFixture[str]) -> None:
+    """The progress bar (on when stderr is a terminal, or asked for) ends at the record count."""
+    log = ROOT / "engine_bridge" / "examples" / "vllm-0.32-cpu-draft-model-so-json.ndjson.gz"
+    result = replay_file(str(log), progress=True)
+    assert result.status == "agree" and result.summary["records"] == 224
+    err = capsys.readouterr().err
+    assert "224 records" in err.replace("\r", "\n").splitlines()[-1]
