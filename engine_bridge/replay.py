@@ -395,18 +395,10 @@ class FastBlock:
 
 
 FAST_MEMO = 1 << 16  # distinct record shapes remembered (then the memo starts afresh)
-# A request_step record's counts: with the structured flag (and, for a discarded block, the
-# outcome), its shape.
-SHAPE_COUNTS = itemgetter(
-    "proposed",
-    "padding",
-    "grammar_valid",
-    "scheduled",
-    "invalid",
-    "verified",
-    "accepted",
-    "sampled",
-)
+# A request_step record's eight counts, in the order the hot loop of `Replayer.feed_lines`
+# unpacks them (`REQUEST_STEP_ORDER` after record, step, request, outcome): with the structured
+# flag (and, for a discarded block, the outcome) they are the record's shape.
+SHAPE_COUNTS = itemgetter(*REQUEST_STEP_ORDER[4:])
 
 
 @dataclass
