@@ -237,35 +237,45 @@ class Counters:
     def fates_dict(self) -> dict[str, int]:
         return self.rfc.fates().as_dict()
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready view (names as in SPEC.md section 4)."""
-        r = self.rfc
-        return {
-            "rfc": {
-                "drafted": r.drafted,
-                "verified": r.verified,
-                "accepted": r.accepted,
-                "spec_steps": r.spec_steps,
-                "padding": r.padding,
-                "fates": self.fates_dict(),
-                "discarded": {
-                    "steps": r.discarded_steps,
-                    "drafted": r.discarded_drafted,
-                    "verified": r.discarded_verified,
-                },
-                "per_position": {
-                    "drafted": list(self.per_position("drafted")),
-                    "verified": list(self.per_position("verified")),
-                    "accepted": list(self.per_position("accepted")),
-                },
-            },
-            "vllm-legacy": {
-                "drafted": self.legacy.num_draft_tokens,
-                "accepted": self.legacy.num_accepted_tokens,
-                "spec_steps": self.legacy.num_drafts,
-                "per_position": {"accepted": list(self.per_position("legacy_accepted"))},
-            },
+    def to_dict(self) -> dict[str, dict[str, object]]:
+        """JSON-ready view (names as in SPEC.md section 4): `counts_dict` plus per position."""
+        d = counts_dict(self.rfc, self.rfc.fates(), self.legacy)
+        d["rfc"]["per_position"] = {
+            "drafted": list(self.per_position("drafted")),
+            "verified": list(self.per_position("verified")),
+            "accepted": list(self.per_position("accepted")),
         }
+        d["vllm-legacy"]["per_position"] = {"accepted": list(self.per_position("legacy_accepted"))}
+        return d
+
+
+def counts_dict(
+    r: RfcTotals[int] | RfcStepCounts[int],
+    fates: Fates[int],
+    lg: LegacyTotals[int] | LegacyStepCounts[int],
+) -> dict[str, dict[str, object]]:
+    """Both profiles' scalar counters, of a state or of one block, JSON-ready under their
+    SPEC.md section 4 names (what ``spectally step --json`` prints, and `Counters.to_dict`)."""
+    return {
+        "rfc": {
+            "drafted": r.drafted,
+            "verified": r.verified,
+            "accepted": r.accepted,
+            "spec_steps": r.spec_steps,
+            "padding": r.padding,
+            "fates": fates.as_dict(),
+            "discarded": {
+                "steps": r.discarded_steps,
+                "drafted": r.discarded_drafted,
+                "verified": r.discarded_verified,
+            },
+        },
+        "vllm-legacy": {
+            "drafted": lg.num_draft_tokens,
+            "accepted": lg.num_accepted_tokens,
+            "spec_steps": lg.num_drafts,
+        },
+    }
 
 
 _ZEROS: dict[tuple[object, ...], Counters] = {}

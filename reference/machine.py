@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .arith import INT_ARITH
-from .counters import Counters, CounterSum
+from .counters import Counters, CounterSum, counts_dict
 from .errors import IllegalEvent
 from .events import (
     EVENT_TYPES,
@@ -536,27 +536,7 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def step_counts(mode: Mode, inputs: StepInputs[int, bool]) -> dict[str, object]:
+def step_counts(mode: Mode, inputs: StepInputs[int, bool]) -> dict[str, dict[str, object]]:
     """Both profiles' counts of one block (what ``spectally step --json`` prints)."""
     r = rfc_step(mode, inputs, INT_ARITH)
-    lg = legacy_step(mode, inputs, INT_ARITH)
-    return {
-        "rfc": {
-            "drafted": r.drafted,
-            "verified": r.verified,
-            "accepted": r.accepted,
-            "spec_steps": r.spec_steps,
-            "padding": r.padding,
-            "fates": r.fates.as_dict(),
-            "discarded": {
-                "steps": r.discarded_steps,
-                "drafted": r.discarded_drafted,
-                "verified": r.discarded_verified,
-            },
-        },
-        "vllm-legacy": {
-            "drafted": lg.num_draft_tokens,
-            "accepted": lg.num_accepted_tokens,
-            "spec_steps": lg.num_drafts,
-        },
-    }
+    return counts_dict(r, r.fates, legacy_step(mode, inputs, INT_ARITH))
