@@ -35,6 +35,7 @@ from spectally.reference.events import (
     Verify,
 )
 from spectally.reference.machine import Engine, EngineConfig
+from spectally.reference.metrics import Ratio
 from spectally.reference.step import Mode
 
 from ..records import BadInput
@@ -197,30 +198,28 @@ def check_request(r: RequestMetrics, engine: Engine | None = None) -> list[Findi
         bad.append(("accepted <= drafted", f"accepted {accepted} > drafted {drafted}"))
     if drafted > k * steps:
         bad.append(("drafted <= k·steps", f"drafted {drafted} > k={k} * steps {steps}"))
-    mean = 1.0 if steps == 0 else 1 + accepted / steps
-    if (
-        not isinstance(m["mean_acceptance_length"], (int, float))
-        or abs(m["mean_acceptance_length"] - mean) > FLOAT_TOL
+    # vLLM's per-request formulas: the reference's `Ratio`s over the legacy counters, with the
+    # values vLLM gives an empty denominator.
+    for name, ratio, formula, if_zero in (
+        (
+            "mean_acceptance_length",
+            Ratio(accepted, steps, offset=1, if_zero=1.0),
+            f"1 + {accepted}/{steps}",
+            " (1.0 with no step)",
+        ),
+        (
+            "draft_acceptance_rate",
+            Ratio(accepted, drafted, if_zero=0.0),
+            f"{accepted}/{drafted}",
+            " (0.0 with nothing drafted)",
+        ),
     ):
-        bad.append(
-            (
-                "mean_acceptance_length",
-                f"{m['mean_acceptance_length']} != 1 +"
-                f" {accepted}/{steps} = {mean:.6f}" + (" (1.0 with no step)" if not steps else ""),
-            )
-        )
-    rate = 0.0 if drafted == 0 else accepted / drafted
-    if (
-        not isinstance(m["draft_acceptance_rate"], (int, float))
-        or abs(m["draft_acceptance_rate"] - rate) > FLOAT_TOL
-    ):
-        bad.append(
-            (
-                "draft_acceptance_rate",
-                f"{m['draft_acceptance_rate']} != {accepted}/"
-                f"{drafted} = {rate:.6f}" + (" (0.0 with nothing drafted)" if not drafted else ""),
-            )
-        )
+        expected = ratio.value()
+        assert expected is not None  # if_zero is set
+        reported = m[name]
+        if not isinstance(reported, (int, float)) or abs(reported - expected) > FLOAT_TOL:
+            why = if_zero if ratio.denominator == 0 else ""
+            bad.append((name, f"{reported} != {formula} = {expected:.6f}{why}"))
     per_acc, per_dr = m.get("per_step_accepted"), m.get("per_step_drafted")
     replayed = ""
     if per_acc is not None or per_dr is not None:
