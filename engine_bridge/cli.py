@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from .records import BadInput
+
+if TYPE_CHECKING:
+    from .importers.findings import Finding
 from .replay import ReplayResult, render_summary, replay_file, result_json
 
 EXIT_HELP = """
@@ -87,7 +92,7 @@ def import_group() -> None:
     """
 
 
-def _finish(findings: list, as_json: bool, verbose: bool) -> None:  # type: ignore[type-arg]
+def _finish(findings: list[Finding], as_json: bool, verbose: bool) -> None:
     from .importers.findings import exit_code, render_findings
 
     if as_json:
@@ -100,6 +105,16 @@ def _finish(findings: list, as_json: bool, verbose: bool) -> None:  # type: igno
 def _bad(exc: BadInput) -> None:
     click.echo(str(exc), err=True)
     sys.exit(2)
+
+
+def _run_import(check: Callable[[], list[Finding]], as_json: bool, quiet: bool) -> None:
+    """Run one importer's check: its findings printed by `_finish`, bad input as `_bad`."""
+    try:
+        findings = check()
+    except BadInput as exc:
+        _bad(exc)
+        return
+    _finish(findings, as_json, not quiet)
 
 
 _json = click.option("--json", "as_json", is_flag=True, help="print findings as JSON")
@@ -115,12 +130,7 @@ def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     counter invariants per engine label set and monotonicity across scrapes."""
     from .importers import prometheus
 
-    try:
-        findings = prometheus.check_files(list(files))
-    except BadInput as exc:
-        _bad(exc)
-        return
-    _finish(findings, as_json, not quiet)
+    _run_import(lambda: prometheus.check_files(list(files)), as_json, quiet)
 
 
 @import_group.command("logs")
@@ -138,12 +148,7 @@ def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: 
     length vs per-position rates, rate vs Accepted/Drafted), rounding tolerated and explained."""
     from .importers import logs
 
-    try:
-        findings = logs.check_files(list(files), metrics)
-    except BadInput as exc:
-        _bad(exc)
-        return
-    _finish(findings, as_json, not quiet)
+    _run_import(lambda: logs.check_files(list(files), metrics), as_json, quiet)
 
 
 @import_group.command("requests")
@@ -161,9 +166,4 @@ def requests_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, qui
     'detailed' per-step lists are replayed through the reference."""
     from .importers import requests
 
-    try:
-        findings = requests.check_files(list(files), metrics)
-    except BadInput as exc:
-        _bad(exc)
-        return
-    _finish(findings, as_json, not quiet)
+    _run_import(lambda: requests.check_files(list(files), metrics), as_json, quiet)
