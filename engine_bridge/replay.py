@@ -33,7 +33,7 @@ from typing import Any
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters
 from spectally.reference.errors import IllegalEvent, InvariantViolation
-from spectally.reference.events import Abort, Accept, Event, Finish, StepBegin
+from spectally.reference.events import Accept, Event, StepBegin
 from spectally.reference.fastpath import BlockFolder, PreparedBlock
 from spectally.reference.invariants import check_invariants
 from spectally.reference.machine import BlockCounts, Engine, EngineConfig, RequestState
@@ -433,8 +433,6 @@ class ReplayResult:
     def exit_code(self) -> int:
         return {"agree": 0, "diverge": 1, "bad_input": 2}[self.status]
 
-
-_ENDS = (Finish, Abort)  # the lifecycle events `BlockFolder.try_end` takes
 
 # json.loads's own scanner: json.loads(s) with no options is JSONDecoder().decode(s), which is
 # scan_once(s, 0) (after leading whitespace) and then nothing but whitespace up to the end.
@@ -1116,9 +1114,9 @@ class Replayer:
         assert self.engine is not None and self.folder is not None
         try:
             # A Finish or an Abort at once where it can (`BlockFolder.try_end`: the same
-            # transition), else through `Engine.apply`.
-            folded = self.folder.try_end(event) if type(event) in _ENDS else None
-            closed = self.engine.apply(event) if folded is None else folded
+            # transition), anything else through `Engine.apply`.
+            ended = self.folder.try_end(event)
+            closed = self.engine.apply(event) if ended is None else ended
         except IllegalEvent as exc:
             rid = getattr(event, "request", None)
             self._diverge(

@@ -35,7 +35,7 @@ from . import counters as _counters
 from . import machine as _machine
 from .counters import CounterSum, Fold
 from .errors import IllegalEvent
-from .events import Abort, Finish
+from .events import Abort, Event, Finish
 from .machine import (
     BLOCK_EVENT_TYPES,
     Block,
@@ -243,17 +243,16 @@ class BlockFolder:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def try_end(self, event: Finish | Abort) -> list[ClosedBlock] | None:
+    def try_end(self, event: Event) -> list[ClosedBlock] | None:
         """`Engine.apply` of a legal ``Finish`` or ``Abort``, with its discards memoised:
         every open block of the request is closed as discarded (its inputs computed once per
         block shape by the engine's own `Engine._discard`) and folded, and the request ends.
         Returns the closed blocks; None, having changed nothing, when the folder cannot (the
         event is anything else, illegal, or the guard of the module docstring fails)."""
         engine = self.engine
-        kind = type(event)
-        if kind is Finish:
+        if type(event) is Finish:
             status, outcome = RequestStatus.FINISHED, Outcome.DISCARDED_FINISHED
-        elif kind is Abort:
+        elif type(event) is Abort:
             status, outcome = RequestStatus.ABORTED, Outcome.DISCARDED_ABORTED
         else:
             return None

@@ -101,7 +101,7 @@ def _fast(folder: BlockFolder, group: list[Event]) -> Outcome:
             e = group[0]
             closed = folder.apply_block(e.request, e.step, _counts(group))  # type: ignore[union-attr]
         else:
-            ended = folder.try_end(group[0]) if isinstance(group[0], (Finish, Abort)) else None
+            ended = folder.try_end(group[0])
             closed = folder.engine.apply(group[0]) if ended is None else ended
     except IllegalEvent as exc:
         return ("illegal", str(exc))
@@ -285,7 +285,7 @@ def test_try_end_preconditions() -> None:
         Finish(1, 2),  # type: ignore[arg-type]  # not a request id
         Preempt("a", 2),  # not Finish or Abort
     ]:
-        assert f.try_end(event) is None  # type: ignore[arg-type]
+        assert f.try_end(event) is None
         assert _state(e) == before
     checked = Engine(config, check=True)
     checked.run([StepBegin(0), AddRequest("a", 0)])
