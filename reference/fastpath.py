@@ -71,23 +71,17 @@ def rules_intact() -> bool:
 
 
 class PreparedBlock:
-    """A block's events, checked, with what they do to a fresh request: close one applied
-    block (``fold``: `Fold` of its inputs) or leave one open (``opened``, at the step it was
-    first seen). Made only by `BlockFolder.prepare`, for that folder."""
+    """What a block's events, checked, do to a fresh request (structured or not): close one
+    applied block (``fold``: `Fold` of its inputs) or leave one open (``opened``, at the step
+    it was first seen). Made only by `BlockFolder.prepare`, for that folder."""
 
-    __slots__ = ("events", "fold", "folder", "opened", "structured")
+    __slots__ = ("fold", "folder", "opened", "structured")
 
     def __init__(
-        self,
-        folder: BlockFolder,
-        structured: bool,
-        events: BlockCounts,
-        fold: Fold | None,
-        opened: Block | None,
+        self, folder: BlockFolder, structured: bool, fold: Fold | None, opened: Block | None
     ) -> None:
         self.folder = folder
         self.structured = structured
-        self.events = events
         self.fold = fold
         self.opened = opened
 
@@ -108,15 +102,12 @@ class BlockFolder:
     def apply_block(self, request: str, step: int, events: BlockCounts) -> list[ClosedBlock]:
         """Exactly `Engine.apply` of each event ``cls(request, step, count)`` in turn (same
         rules, same `IllegalEvent` for the first illegal one, with the legal ones before it
-        applied, E7), at once when the folder can."""
-        state = self.engine.requests.get(request)
-        prepared = None if state is None else self.prepare(state, step, events)
-        if prepared is not None:
-            inputs = self.fold(request, step, prepared)
-            if inputs is not None:
-                return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
-            if self.open(request, step, prepared) is not None:
-                return []
+        applied, E7), at once when the folder can (`try_block`, `try_open`)."""
+        inputs = self.try_block(request, step, events)
+        if inputs is not None:
+            return [ClosedBlock(request, step, Outcome.APPLIED, inputs)]
+        if self.try_open(request, step, events) is not None:
+            return []
         closed: list[ClosedBlock] = []
         for cls, count in events:
             closed.extend(self.engine.apply(cls(request, step, count)))
@@ -324,9 +315,9 @@ class BlockFolder:
             assert not fresh.blocks and len(closed) == 1
             assert closed[0].outcome is Outcome.APPLIED
             fold = Fold(engine.config.mode, closed[0].inputs)
-            return PreparedBlock(self, state.structured, events, fold, None)
+            return PreparedBlock(self, state.structured, fold, None)
         if len(fresh.blocks) == 1:
-            return PreparedBlock(self, state.structured, events, None, fresh.blocks[0])
+            return PreparedBlock(self, state.structured, None, fresh.blocks[0])
         return None
 
 
