@@ -277,20 +277,18 @@ class StepAccount:
             self.per_pos = [0] * self.k
 
     def add(self, line: int, rid: str, lg: LegacyStepCounts[int]) -> None:
+        """One block of the step and the legacy counts it adds."""
         self.blocks.append(
             (line, rid, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens))
         )
-        self.add_legacy(lg, 1)
-
-    def add_legacy(self, lg: LegacyStepCounts[int], n: int) -> None:
         if not lg.num_drafts:
             return
-        self.num_drafts += n * lg.num_drafts
-        self.num_draft_tokens += n * lg.num_draft_tokens
-        self.num_accepted_tokens += n * lg.num_accepted_tokens
+        self.num_drafts += lg.num_drafts
+        self.num_draft_tokens += lg.num_draft_tokens
+        self.num_accepted_tokens += lg.num_accepted_tokens
         per_pos = self.per_pos
         for i in range(lg.num_accepted_tokens):
-            per_pos[i] += n
+            per_pos[i] += 1
 
     def values(self) -> tuple[int, int, int, list[int]]:
         return self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens, self.per_pos
@@ -385,11 +383,11 @@ def block_profile(mode: Mode, x: StepInputs[int, bool]) -> BlockProfile:
 @dataclass(frozen=True, eq=False)
 class FastBlock:
     """A request_step record shape known to replay clean on a request with no open block: its
-    events, the vllm-legacy counts of the block they close and its shift terms. Compared and
-    hashed by identity (a step's account counts its fast blocks per FastBlock object)."""
+    block prepared by the replay's `BlockFolder` (closed, or left open for a lifecycle event to
+    discard), the vllm-legacy counts it adds and its shift terms. Compared and hashed by
+    identity (a step's account counts its fast blocks per FastBlock object)."""
 
-    prepared: PreparedBlock  # the block's events, prepared by the replay's `BlockFolder`
-    legacy: LegacyStepCounts[int]
+    prepared: PreparedBlock
     shift: tuple[tuple[str, int], ...]  # nonzero Shift terms
     row: tuple[int, int, int]  # legacy num_drafts, num_draft_tokens, num_accepted_tokens
 
@@ -969,7 +967,7 @@ class Replayer:
         shift = self.shift.__dict__  # Shift's fields (a plain dataclass: no setattr hooks)
         drafts = tokens = accepted = 0
         for plan, n in account.fast.items():
-            d, t, a = plan.row  # the legacy counts: `StepAccount.add_legacy`, in one pass
+            d, t, a = plan.row  # `StepAccount.add` for n blocks at once (listed already)
             if d:
                 drafts += n * d
                 tokens += n * t
@@ -1047,7 +1045,7 @@ class Replayer:
         shift = tuple((n, v) for n, v in zip(SHIFT_TERMS, prof.shift, strict=True) if v)
         lg = prof.legacy
         return FastBlock(
-            prepared, lg, shift, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
+            prepared, shift, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
         )
 
     def _step_stats(self, line: int, rec: Record) -> None:
