@@ -66,9 +66,6 @@ def kind_validator(kind: str) -> Draft202012Validator:
 
 # -- fast path -----------------------------------------------------------------------------------
 
-_NULLABLE_COUNT = 1
-_COUNT = 2
-
 
 @dataclass(frozen=True)
 class _KindSpec:

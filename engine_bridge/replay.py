@@ -1486,11 +1486,6 @@ def _counted(
     bar.update(n % 4096)  # the last partial batch: the bar ends at the record count
 
 
-def records_of(path: str, lines: Iterable[tuple[int, bytes, bool]]) -> Iterator[tuple[int, Record]]:
-    for lineno, raw, has_newline in lines:
-        yield lineno, parse_line(path, lineno, raw, has_newline)
-
-
 def replay_file(
     path: str,
     *,

@@ -116,12 +116,6 @@ class State:
         return out
 
 
-def position_sum(mode: Mode, x: SymInputs, ctx: Context, field: str, tag: str) -> Num:
-    """Σ_{p<k} of what ``position_add_step`` adds at position p to ``field`` (a Z3 recursive
-    function of the upper bound, applied to k)."""
-    return _psum_function(mode, x, field, tag)(ctx.k)
-
-
 def _psum_function(mode: Mode, x: SymInputs, field: str, tag: str) -> z3.FuncDeclRef:
     fn = z3.RecFunction(f"{tag}.psum.{field}", z3.IntSort(), z3.IntSort())
     n = z3.Int(f"{tag}.n")

@@ -209,19 +209,6 @@ def ensure_venv(force: bool = False, verbose: bool = True, suffix: bool = False)
     return py
 
 
-def engine_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment variables a CPU engine run needs (on top of os.environ)."""
-    env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    if extra:
-        env.update(extra)
-    return env
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=textwrap.dedent(__doc__ or "").split("\n")[0])
     ap.add_argument("--check", action="store_true", help="only check; never install")
