@@ -1,10 +1,11 @@
 """Reading step logs: lines from files, gzip or stdin, and record validation.
 
 Every malformed line becomes a `BadInput` whose text is ``file:line:column: reason``; nothing is
-skipped silently. Validation has a hand-checked fast path for well-formed records (exact key
-set, ``int`` counts, enum values) and falls back to the compiled JSON Schema validator
-(spec/step_log.schema.json) only to explain a record the fast path did not accept, so the error
-text is always the schema's.
+skipped silently. The many records (``request``, ``request_step``, ``step_stats``) have a
+hand-checked fast path (exact key set, ``int`` counts, enum values); the compiled JSON Schema
+validator (spec/step_log.schema.json) checks the rest (the header and totals records, once per
+log) and explains any record the fast path did not accept, so the error text is always the
+schema's.
 """
 
 from __future__ import annotations
