@@ -1,4 +1,7 @@
-"""spectally prove: every property as expected, the JSON shape, and witnesses that replay."""
+"""spectally prove: every property as expected, the JSON shape, and witnesses that replay.
+
+How long the proofs take is a benchmark figure (benchmarks/bench_prove.py, budget 60 s on 2
+cores), not a test: a verdict here must not depend on the machine's load (issue 11)."""
 
 from __future__ import annotations
 
@@ -64,10 +67,6 @@ def test_expected_verdicts(results: list[PropertyResult]) -> None:
     assert verdicts[("legacy:drafted>=verified", "sync")] == "proved"  # sync validates first
     assert verdicts[("legacy:sync-async-spec-steps", "both")] == "refuted"
     assert sum(v == "proved" for v in verdicts.values()) == len(verdicts) - 2
-
-
-def test_whole_suite_is_fast(results: list[PropertyResult]) -> None:
-    assert sum(r.seconds for r in results) < 60
 
 
 def test_json_shape(prove_json: dict[str, Any]) -> None:
@@ -168,7 +167,7 @@ def test_query_from_maps_off_caps_to_none() -> None:
 def test_prove_exits_non_zero_and_prints_a_counterexample_when_a_proof_fails() -> None:
     mutant = next(m for m in MUTANTS if m.name == "spec-step-without-drafts")
     with patched(mutant):
-        result = CliRunner().invoke(main, ["prove", "--only", "trace:INV-7", "--timeout", "5"])
+        result = CliRunner().invoke(main, ["prove", "--only", "trace:INV-7"])
     assert result.exit_code == 1
     assert "FAIL" in result.output
     assert "consecution" in result.output  # the counterexample to induction, readable:
