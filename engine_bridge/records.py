@@ -10,36 +10,25 @@ schema's.
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
 from operator import itemgetter
-from typing import Any, BinaryIO
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from .limits import k_error
+from .source import GZIP_MAGIC, BadInput, check_line, iter_lines, needs_strict, strict_loads
+
+__all__ = ["GZIP_MAGIC", "BadInput", "check_record", "iter_lines", "parse_line", "validate"]
+
 SCHEMA_VERSION = 1
 RECORD_KINDS = ("header", "request", "request_step", "step_stats", "totals")
-GZIP_MAGIC = b"\x1f\x8b"
 
 Record = dict[str, Any]
-
-
-class BadInput(Exception):
-    """A malformed or misplaced record; ``str()`` is ``file:line:column: reason``."""
-
-    def __init__(self, path: str, line: int, column: int, reason: str) -> None:
-        self.path = path
-        self.line = line
-        self.column = column
-        self.reason = reason
-        super().__init__(f"{path}:{line}:{column}: {reason}")
 
 
 @lru_cache(maxsize=1)
@@ -251,60 +240,23 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
 # -- reading -------------------------------------------------------------------------------------
 
 
-def _binary_stream(path: str) -> BinaryIO:
-    raw: BinaryIO
-    if path == "-":
-        raw = sys.stdin.buffer
-        if not isinstance(raw, io.BufferedReader):
-            raw = io.BufferedReader(raw)  # type: ignore[arg-type]
-    else:
-        raw = open(path, "rb")  # noqa: SIM115 - closed by the caller through iter_lines
-    peek = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else b""
-    if peek == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
-
-
-def iter_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
-    """(line number, line without its newline, has_newline) for every line of a log.
-
-    ``-`` reads stdin; gzip input is recognised by its magic bytes. Memory is one line.
-    A broken gzip stream is reported as a `BadInput` at the line it broke in.
-    """
-    stream = _binary_stream(path)
-    lineno = 0
-    try:
-        while True:
-            try:
-                line = stream.readline()
-            except (EOFError, OSError, gzip.BadGzipFile) as exc:
-                raise BadInput(
-                    path, lineno + 1, 1, f"corrupt or truncated gzip stream: {exc}"
-                ) from None
-            if not line:
-                return
-            lineno += 1
-            if line.endswith(b"\n"):
-                yield lineno, line[:-1], True
-            else:
-                yield lineno, line, False
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
+# Lines come from `source.iter_lines` (re-exported here: replay reads through it): path or
+# stdin, gzip, bounded line length, strict bytes (no stray BOM, no surrogates), bounded nesting.
 
 
 def parse_line(path: str, lineno: int, line: bytes, has_newline: bool) -> Record:
-    """Decode and validate one line; raise `BadInput` with file:line:column otherwise."""
+    """Decode and validate one line; raise `BadInput` with file:line:column otherwise.
+
+    Strict: UTF-8 without surrogates, no duplicate keys, no NaN/Infinity, integers and nesting
+    within docs/limits.md. Plain ``json.loads`` decodes first (its C scanner is the fast path);
+    only a line `source.needs_strict` flags is decoded again with the strict hooks."""
+    check_line(path, lineno, line)
     try:
-        # A line opening with '{"' is UTF-8 to json.loads's own detection (no BOM, no UTF-16/32
-        # NUL pattern), so decoding it here as json does ("surrogatepass") is the same parse,
-        # without json's per-call encoding detection.
-        if line[:2] == b'{"':
-            obj = json.loads(line.decode("utf-8", "surrogatepass"))
-        else:
-            obj = json.loads(line)
+        text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(path, lineno, exc.start + 1, "line is not valid UTF-8") from None
+    try:
+        obj = json.loads(text)
     except json.JSONDecodeError as exc:
         if not has_newline:
             raise BadInput(
@@ -313,11 +265,17 @@ def parse_line(path: str, lineno: int, line: bytes, has_newline: bool) -> Record
         if not line.strip():
             raise BadInput(path, lineno, 1, "empty line") from None
         raise BadInput(path, lineno, exc.colno, f"bad JSON: {exc.msg}") from None
+    except (ValueError, RecursionError):  # an int beyond Python's digit limit, too deep
+        strict_loads(path, lineno, text)  # raises the BadInput with its column
+        raise  # pragma: no cover - strict_loads rejects whatever plain json rejects
     return check_record(path, lineno, line, obj)
 
 
 def check_record(path: str, lineno: int, line: bytes, obj: Any) -> Record:
-    """Validate a decoded line (``obj``, parsed from ``line``); raise `BadInput` otherwise."""
+    """Validate a decoded line (``obj``, parsed from ``line`` by plain json); raise `BadInput`
+    otherwise (including what only a strict decode sees: duplicate keys, huge integers, NaN)."""
+    if needs_strict(line, obj):
+        strict_loads(path, lineno, line.decode("utf-8", "replace"))
     if type(obj) is dict:  # the fast path first: the line's text is needed only for errors
         kind = obj.get("record")
         if kind == "request":
@@ -327,10 +285,16 @@ def check_record(path: str, lineno: int, line: bytes, obj: Any) -> Record:
             spec = _fast_specs().get(kind)
             if spec is not None and _fast_ok(obj, spec):
                 return obj
-    error = validate(obj, line.decode("utf-8", "replace"))
+    raw = line.decode("utf-8", "replace")
+    error = validate(obj, raw)
     if error is not None:
         raise BadInput(path, lineno, error[0], error[1])
     record: Record = obj
+    if record["record"] == "header":
+        k = record["num_speculative_tokens"]
+        why = k_error("num_speculative_tokens", k)
+        if why is not None:  # before replay builds per-position lists of length k
+            raise BadInput(path, lineno, _column_of(raw, ["num_speculative_tokens"]), why)
     return record
 
 

@@ -597,7 +597,7 @@ class Replayer:
                     except (ValueError, StopIteration):  # not UTF-8 or not JSON: parse_line
                         rec = parse_line(path, lineno, raw, has_newline)  # raises the BadInput
                         break
-                    if hot and type(obj) is dict and len(obj) == width:
+                    if hot and type(obj) is dict and len(obj) == width == raw.count(b":"):
                         try:
                             (
                                 kind,

@@ -1,0 +1,50 @@
+"""Input limits of every reader (step logs, Prometheus scrapes, vLLM log lines, per-request
+metrics) and of ``spectally step``: far above any real engine's values, checked before anything
+proportional to a value is allocated, so memory stays bounded whatever one line says.
+
+Each limit exceeded is bad input (exit 2) with a ``file:line:column`` message naming the limit.
+Standard library only, and importing it imports nothing else of the bridge (``spectally step``
+uses it without the bridge's optional dependencies). Documented in docs/limits.md.
+"""
+
+from __future__ import annotations
+
+# k: num_speculative_tokens (header), the Prometheus ``position`` label (+1), per-request
+# ``num_spec_tokens``, the draft counts of ``spectally step``. Real engines use k <= ~16; the
+# reference allocates per-position lists of length k, so an unchecked 10**9 costs gigabytes.
+MAX_K = 1024
+
+# One line of any input, in bytes (without its newline). A step-log record is ~250 bytes; a
+# Prometheus sample or a vLLM log line well under 4 KiB.
+MAX_LINE_BYTES = 1 << 20
+
+# JSON nesting depth (objects and arrays). Step-log records nest 3 deep; CPython's own JSON
+# scanner raises RecursionError near 1,000.
+MAX_DEPTH = 64
+
+# Integers anywhere in the input (JSON numbers, log-line counts, Prometheus counters): what a
+# signed 64-bit counter in an engine can hold. Python's own int parsing stops at 4,300 digits
+# with a ValueError; this bound is checked first.
+MAX_INT = 2**63 - 1
+MAX_INT_DIGITS = len(str(MAX_INT))  # 19
+
+
+def int_too_large(value: int) -> bool:
+    """Whether ``value`` is outside [-MAX_INT, MAX_INT]."""
+    return value > MAX_INT or value < -MAX_INT
+
+
+def digits_too_long(digits: str) -> bool:
+    """Whether a decimal integer literal (optional sign) is beyond MAX_INT, decided from its text
+    alone, so no huge int is ever built."""
+    body = digits.lstrip("+-").lstrip("0") or "0"
+    if len(body) != MAX_INT_DIGITS:
+        return len(body) > MAX_INT_DIGITS
+    return body > str(MAX_INT)  # same length: lexicographic order is numeric order
+
+
+def k_error(name: str, value: int) -> str | None:
+    """The message for a k-like value beyond MAX_K, None when it is within."""
+    if value > MAX_K:
+        return f"{name} {value} exceeds the limit {MAX_K} (docs/limits.md)"
+    return None

@@ -1,0 +1,359 @@
+"""The one way every reader opens its input (step logs, Prometheus scrapes, vLLM log lines,
+per-request metrics, ``--metrics``): a path or ``-`` (stdin), plain or gzip.
+
+What it guarantees, each failure a `BadInput` with ``file:line:column``:
+
+* a missing file, a directory, an unreadable file: ``cannot read: <why>`` (line 1);
+* gzip is recognised by its magic bytes; bz2, xz, zstd, zip and lz4 magic bytes get a plain
+  "not supported, decompress first" message instead of garbage; a corrupt or truncated gzip
+  stream (bad CRC, bad length, cut short, zlib error) is reported at the line it broke in;
+* every line at most ``limits.MAX_LINE_BYTES`` (read with a bounded ``readline``, so one huge
+  line never sits in memory), strict UTF-8 (no surrogates), no byte-order mark except one at
+  the very start of the input (dropped), JSON nesting at most ``limits.MAX_DEPTH``;
+* JSON values: no duplicate keys, no NaN/Infinity, integers within ``limits.MAX_INT``
+  (`strict_loads`), so "last key wins" never hides a second value.
+
+Why hand-checks over a library: the standard ``json`` module's C scanner is what replay's speed
+rests on (docs/replay.md), and its hooks (``object_pairs_hook``, ``parse_int``,
+``parse_constant``) give the strict checks exactly; third-party strict parsers (orjson,
+simdjson) accept duplicate keys silently or have no depth/int limit of ours.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import math
+import re
+import sys
+import zlib
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from .limits import MAX_DEPTH, MAX_INT, MAX_LINE_BYTES, digits_too_long
+
+
+class BadInput(Exception):
+    """A malformed or misplaced record; ``str()`` is ``file:line:column: reason``."""
+
+    def __init__(self, path: str, line: int, column: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.column = column
+        self.reason = reason
+        super().__init__(f"{path}:{line}:{column}: {reason}")
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+BOM = codecs.BOM_UTF8
+# Compressions spectally does not read: (magic bytes, name, the command that decompresses).
+OTHER_COMPRESSIONS = (
+    (b"BZh", "bzip2", "bzip2 -dc"),
+    (b"\xfd7zXZ\x00", "xz", "xz -dc"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc"),
+    (b"PK\x03\x04", "zip", "unzip -p"),
+    (b"\x04\x22\x4d\x18", "lz4", "lz4 -dc"),
+)
+_GZIP_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def _cannot_read(path: str, exc: OSError) -> BadInput:
+    return BadInput(path, 1, 1, f"cannot read: {exc.strerror or exc}")
+
+
+def open_binary(path: str) -> BinaryIO:
+    """The decompressed byte stream of ``path`` (``-`` = stdin); `BadInput` if it cannot be read
+    or is compressed with something other than gzip. The caller closes it (`close_stream`)."""
+    raw: BinaryIO
+    if path == "-":
+        raw = sys.stdin.buffer
+        if not isinstance(raw, io.BufferedReader):
+            raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+    else:
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 - closed by the caller (close_stream)
+        except OSError as exc:
+            raise _cannot_read(path, exc) from None
+    try:  # the first read (where a directory fails on some systems)
+        head = raw.peek(8)[:8] if isinstance(raw, io.BufferedReader) else b""
+    except OSError as exc:
+        raise _cannot_read(path, exc) from None
+    if head[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    for magic, name, tool in OTHER_COMPRESSIONS:
+        if head.startswith(magic):
+            close_stream(raw)
+            raise BadInput(
+                path,
+                1,
+                1,
+                f"{name}-compressed input: spectally reads plain text or gzip, not"
+                f" bzip2/xz/zstd/zip/lz4; decompress it first (e.g. {tool} FILE | spectally ... -)",
+            )
+    return raw
+
+
+def close_stream(stream: BinaryIO) -> None:
+    if stream is not sys.stdin.buffer:
+        stream.close()
+
+
+_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def too_deep(line: bytes | str) -> int | None:
+    """0-based offset of the first bracket nested deeper than MAX_DEPTH, None if none (brackets
+    inside JSON strings do not count)."""
+    data = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
+    depth = 0
+    for m in _TOKENS.finditer(data):
+        c = data[m.start()]
+        if c in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return len(data[: m.start()].decode("utf-8", "replace"))
+        elif c in (0x5D, 0x7D):
+            depth -= 1
+    return None
+
+
+def check_line(path: str, lineno: int, line: bytes) -> None:
+    """The byte-level checks of one line (without its newline): cheap substring scans first, the
+    exact check only when one of them hits. Raises `BadInput` with the column."""
+    if BOM in line:
+        at = line.index(BOM)
+        raise BadInput(
+            path,
+            lineno,
+            len(line[:at].decode("utf-8", "replace")) + 1,
+            "stray UTF-8 byte-order mark (U+FEFF) inside the input (only the very first bytes"
+            " of a file may hold one)",
+        )
+    if b"\xed" in line:
+        m = _SURROGATE.search(line)
+        if m is not None:
+            raise BadInput(
+                path,
+                lineno,
+                m.start() + 1,
+                "line is not valid UTF-8 (an encoded UTF-16 surrogate)",
+            )
+    if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+        at = too_deep(line)
+        if at is not None:
+            raise BadInput(
+                path,
+                lineno,
+                at + 1,
+                f"JSON nested deeper than the limit {MAX_DEPTH} (docs/limits.md)",
+            )
+
+
+def iter_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, line without its newline, has_newline) for every line of an input, each
+    checked by `check_line`. Memory is one line (at most MAX_LINE_BYTES)."""
+    stream = open_binary(path)
+    lineno = 0
+    limit = MAX_LINE_BYTES + 1
+    gz = isinstance(stream, gzip.GzipFile)
+    try:
+        while True:
+            try:
+                line = stream.readline(limit)
+            except _GZIP_ERRORS as exc:
+                if not gz:
+                    raise BadInput(path, lineno + 1, 1, f"cannot read: {exc}") from None
+                raise BadInput(path, lineno + 1, 1, gzip_error(exc)) from None
+            if not line:
+                return
+            lineno += 1
+            if line.endswith(b"\n"):
+                line, has_newline = line[:-1], True
+            elif len(line) == limit:
+                raise BadInput(
+                    path,
+                    lineno,
+                    limit,
+                    f"line longer than the limit of {MAX_LINE_BYTES} bytes (docs/limits.md)",
+                )
+            else:
+                has_newline = False
+            if lineno == 1 and line.startswith(BOM):
+                line = line[len(BOM) :]
+            check_line(path, lineno, line)
+            yield lineno, line, has_newline
+    finally:
+        close_stream(stream)
+
+
+def gzip_error(exc: BaseException) -> str:
+    return f"corrupt or truncated gzip stream (the file fails `gzip -t`): {exc}"
+
+
+def verify_gzip(path: str) -> BadInput | None:
+    """None if ``path`` is not gzip or decompresses whole with good CRCs and lengths; else the
+    error. Reads the whole file (constant memory): for a verdict reached before the end."""
+    if path == "-":
+        return None
+    lines = 0
+    try:
+        with open(path, "rb") as raw:
+            if raw.read(2) != GZIP_MAGIC:
+                return None
+            raw.seek(0)
+            with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                while True:
+                    chunk = gz.read(1 << 20)
+                    if not chunk:
+                        return None
+                    lines += chunk.count(b"\n")
+    except _GZIP_ERRORS as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.strerror:
+            return _cannot_read(path, exc)
+        return BadInput(path, lines + 1, 1, gzip_error(exc))
+
+
+def decode(path: str, lineno: int, line: bytes) -> str:
+    """Strict UTF-8; `BadInput` at the first bad byte."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(path, lineno, exc.start + 1, "line is not valid UTF-8") from None
+
+
+def iter_text_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) for every line of a text input: `iter_lines` plus strict UTF-8."""
+    for lineno, line, _ in iter_lines(path):
+        yield lineno, decode(path, lineno, line)
+
+
+def read_text(path: str) -> str:
+    """A whole text input, every line checked as `iter_text_lines` checks it."""
+    return "".join(text + "\n" for _, text in iter_text_lines(path))
+
+
+# -- strict JSON ---------------------------------------------------------------------------------
+
+
+class _Reject(ValueError):
+    """Raised by a strict-JSON hook: why, and the text to point the column at."""
+
+    def __init__(self, reason: str, needle: str, nth: int = 1) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.needle = needle
+        self.nth = nth
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Reject(
+                    f"duplicate key {key!r} in a JSON object (its first value would be lost)",
+                    json.dumps(key),
+                    nth=2,
+                )
+            seen.add(key)
+    return obj
+
+
+def _int(digits: str) -> int:
+    if digits_too_long(digits):
+        shown = digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} digits)"
+        raise _Reject(f"integer {shown} exceeds the limit 2**63 - 1 = {MAX_INT}", digits)
+    return int(digits)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Reject(f"number {text} is out of range (not a finite double)", text)
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise _Reject(f"{name} is not valid JSON (no NaN or Infinity)", name)
+
+
+STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_int=_int, parse_float=_float, parse_constant=_constant
+)
+
+
+def _offset_of(text: str, start: int, needle: str, nth: int) -> int:
+    at = start - 1
+    for _ in range(nth):
+        found = text.find(needle, at + 1)
+        if found < 0:
+            break
+        at = found
+    return max(at, start)
+
+
+def line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of a character offset."""
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def strict_raw_decode(path: str, text: str, start: int, first_line: int = 1) -> tuple[Any, int]:
+    """One JSON value of ``text`` from ``start``, strictly (see the module doc): (value, end).
+    `BadInput` positions count lines from ``first_line``; JSON syntax errors keep json's text."""
+    try:
+        return STRICT_DECODER.raw_decode(text, start)
+    except _Reject as exc:
+        line, col = line_col(text, _offset_of(text, start, exc.needle, exc.nth))
+        raise BadInput(path, first_line + line - 1, col, exc.reason) from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(
+            path, first_line + exc.lineno - 1, exc.colno, f"bad JSON: {exc.msg}"
+        ) from None
+    except RecursionError:  # only for text that skipped check_line (a caller's own input)
+        line, col = line_col(text, start)
+        raise BadInput(
+            path, first_line + line - 1, col, f"JSON nested deeper than the limit {MAX_DEPTH}"
+        ) from None
+
+
+# Lines the fast decode (plain json.loads) may have accepted although the strict one would not:
+# a digit run as long as MAX_INT's (a huge integer), NaN/Infinity, an exponent (1e999 is inf).
+SUSPECT = re.compile(rb"\d{19}|NaN|Infinity|[eE][+-]?\d{3}")
+
+
+def key_count(obj: Any) -> int:
+    """Keys of every object nested in ``obj`` (to compare with the ``":`` pairs of its text)."""
+    n = 0
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if type(o) is dict:
+            n += len(o)
+            stack.extend(v for v in o.values() if type(v) is dict or type(v) is list)
+        elif type(o) is list:
+            stack.extend(v for v in o if type(v) is dict or type(v) is list)
+    return n
+
+
+def needs_strict(line: bytes, obj: Any) -> bool:
+    """Whether ``obj``, decoded from ``line`` by plain json, may hide what `strict_loads` rejects:
+    a duplicate key, a huge integer, NaN, Infinity. False is a proof: distinct keys <= key:value
+    pairs <= colons in the text, so as many colons as keys means no key repeats; the rest would
+    match SUSPECT. True only means "decode strictly to be sure" (e.g. a colon in a string)."""
+    return line.count(b":") != key_count(obj) or SUSPECT.search(line) is not None
+
+
+def strict_loads(path: str, lineno: int, text: str) -> Any:
+    """One JSON value filling a line, strictly; `BadInput` with file:line:column otherwise."""
+    start = len(text) - len(text.lstrip())
+    value, end = strict_raw_decode(path, text, start, lineno)
+    rest = text[end:]
+    if rest.strip():
+        col = end + (len(rest) - len(rest.lstrip())) + 1
+        raise BadInput(path, lineno, col, "bad JSON: Extra data")
+    return value
