@@ -1,15 +1,42 @@
 """The one `spectally` command. Subcommands that need optional dependencies (z3, the bridge)
-are imported only when invoked, so `spectally step` works with the reference alone."""
+are imported only when invoked, so `spectally step` works with the reference alone.
+
+Every run ends with a code of the contract in `spectally.exit_codes` (README, "Exit codes"):
+`LazyGroup.main` turns Ctrl-C into 130, a click usage error into 2 and any unexpected
+exception into 70 with one line on stderr and the full report in a temp file, never a bare
+traceback."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import platform
 import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 from spectally import __version__
+from spectally.exit_codes import ExitCode
+
+# The part of every command's exit-code epilog that is the same for all of them.
+EXIT_COMMON = (
+    "70 internal error (a bug in spectally: one line on stderr, the full report in a temp file"
+    " whose path it prints); 130 interrupted (Ctrl-C)."
+)
+# Each command's exit codes, shown at the end of its --help (click rewraps the text).
+EXIT_HELP: dict[str, str] = {
+    "step": "Exit codes: 0 the counters are printed; 2 inadmissible input or usage (a count"
+    " beyond the limit 1024 included); " + EXIT_COMMON,
+    "vectors": "Exit codes: 0 every vector agrees with the reference; 1 a vector disagrees;"
+    " 2 a malformed vectors file or usage; " + EXIT_COMMON,
+    "prove": "Exit codes: 0 every property as expected (proved, or refuted where a refutation"
+    " is expected); 1 a property is not as expected (the counterexample is printed); 2 usage; "
+    + EXIT_COMMON,
+}
 
 # name -> ("module:attribute" of a click command loaded on first use, help, extra it needs).
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -47,8 +74,31 @@ class LazyGroup(click.Group):
                     f"'{cmd_name}' is unavailable ({exc}); install spectally[{extra or 'dev'}]"
                 ) from exc
             command: click.Command = getattr(module, attr)
+            if cmd_name in EXIT_HELP and not command.epilog:
+                # The command's own module is another part's; its exit codes are listed here.
+                command.epilog = EXIT_HELP[cmd_name]
             return command
         return super().get_command(ctx, cmd_name)
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """click's entry point (the console script and CliRunner both call it), with every
+        outcome mapped onto the exit-code contract (`guarded`)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+
+        def run() -> Any:
+            return super(LazyGroup, self).main(
+                args, prog_name, complete_var, standalone_mode=False, **extra
+            )
+
+        sys.exit(guarded(run, args))
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, LAZY_COMMANDS[name][1]) for name in sorted(LAZY_COMMANDS)]
@@ -59,14 +109,72 @@ class LazyGroup(click.Group):
             formatter.write_dl(sorted(rows))
 
 
-@click.group(cls=LazyGroup)
+def guarded(run: Callable[[], Any], args: Sequence[str] | None = None) -> int:
+    """Run click's non-standalone ``main`` and return the contract's exit code for whatever
+    happened; a command's own ``sys.exit(code)`` passes through unchanged."""
+    try:
+        rv = run()
+    except click.exceptions.Abort:  # click's wrapping of KeyboardInterrupt / EOF at a prompt
+        click.echo("spectally: interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("spectally: interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    except click.ClickException as exc:  # usage errors and bad parameters
+        exc.show()
+        return ExitCode.BAD_INPUT
+    except Exception as exc:
+        report = write_report(exc, args)
+        summary = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        click.echo(
+            f"spectally: internal error (a bug in spectally, exit {int(ExitCode.INTERNAL_ERROR)}):"
+            f" {summary}; full report: {report}",
+            err=True,
+        )
+        return ExitCode.INTERNAL_ERROR
+    return rv if isinstance(rv, int) else ExitCode.OK
+
+
+def write_report(exc: BaseException, args: Sequence[str] | None) -> str:
+    """The full report of an internal error, in a fresh temp file; returns its path."""
+    argv = list(args) if args is not None else sys.argv[1:]
+    fd, path = tempfile.mkstemp(prefix="spectally-internal-error-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(
+            f"spectally {__version__}, Python {platform.python_version()}"
+            f" ({platform.platform()})\n"
+            f"arguments: {argv!r}\n\n"
+            "Please report this with the input that caused it.\n\n"
+        )
+        f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    return path
+
+
+@click.group(
+    cls=LazyGroup,
+    epilog="Exit codes (every command): 0 ok / agree; 1 a divergence or violation (only that);"
+    " 2 bad input or usage; 3 incomplete input (replay: no totals record); 70 internal error"
+    " (one line + the path of the full report); 130 interrupted. Each command's --help says"
+    " what they mean for it.",
+)
 @click.version_option(__version__, prog_name="spectally")
 def main() -> None:
     """spectally: the specification and executable reference of speculative-decoding
     counters (drafted >= verified >= accepted)."""
 
 
-@main.command()
+def _bounded(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """A draft count of `spectally step`, at most limits.MAX_K (checked before anything is
+    sized by it: the reference builds per-draft lists). Negative counts are the reference's
+    to reject (`StepQuery.violations`)."""
+    from spectally.engine_bridge.limits import MAX_K
+
+    if value is not None and value > MAX_K:
+        raise click.BadParameter(f"{value} exceeds the limit {MAX_K} (k at most {MAX_K})")
+    return value
+
+
+@main.command(epilog=EXIT_HELP["step"])
 @click.option(
     "--mode",
     type=click.Choice(["sync", "async"]),
@@ -74,11 +182,17 @@ def main() -> None:
     help="scheduling mode (where the grammar stage sits)",
 )
 @click.option(
-    "--proposed", type=int, required=True, metavar="N", help="drafts the drafter proposed"
+    "--proposed",
+    type=int,
+    callback=_bounded,
+    required=True,
+    metavar="N",
+    help="drafts the drafter proposed",
 )
 @click.option(
     "--grammar-valid",
     type=int,
+    callback=_bounded,
     default=None,
     metavar="G",
     help="longest grammar-valid prefix of the proposal (omit: no structured output)",
@@ -86,6 +200,7 @@ def main() -> None:
 @click.option(
     "--scheduled",
     type=int,
+    callback=_bounded,
     default=None,
     metavar="S",
     help="drafts the schedule allows (omit: no cut)",
@@ -93,6 +208,7 @@ def main() -> None:
 @click.option(
     "--av-verify",
     type=int,
+    callback=_bounded,
     default=None,
     metavar="V",
     help="scheduled drafts AV sends to the target (omit: AV off)",
@@ -100,6 +216,7 @@ def main() -> None:
 @click.option(
     "--accepted",
     type=int,
+    callback=_bounded,
     required=True,
     metavar="A",
     help="drafts the target accepted (bonus token excluded)",

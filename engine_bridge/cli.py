@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
+from spectally.exit_codes import ExitCode, combine
 
 from .records import BadInput
 
@@ -15,12 +16,24 @@ if TYPE_CHECKING:
     from .importers.findings import Finding
 from .replay import ReplayResult, render_summary, replay_file, result_json
 
-EXIT_HELP = """
-Exit codes: 0 every log agrees with the reference; 1 a divergence (the first divergent
-line is printed as file:line:column with the record, expected and actual counters and the
-reference state of the request); 2 bad input or usage (a malformed or misplaced record,
-printed as file:line:column: reason).
-"""
+# The contract of spectally.exit_codes, as each command applies it (also in the README).
+EXIT_COMMON = (
+    "70 internal error (a bug in spectally: one line on stderr, the full report in a temp file"
+    " whose path it prints); 130 interrupted (Ctrl-C). Several files: the most severe code"
+    " (70 > 130 > 2 > 1 > 3 > 0)."
+)
+EXIT_HELP = (
+    "Exit codes: 0 every log agrees with the reference; 1 a divergence (the first divergent"
+    " line is printed as file:line:column with the record, expected and actual counters and"
+    " the reference state of the request); 2 bad input or usage (a malformed, oversized or"
+    " misplaced record, an unreadable or corrupt file, printed as file:line:column: reason);"
+    " 3 incomplete (the log ends before its totals record: what was present agreed); " + EXIT_COMMON
+)
+IMPORT_EXIT_HELP = (
+    "Exit codes: 0 every check holds (notes explain what is tolerated); 1 a violation;"
+    " 2 bad input or usage (unreadable, malformed or oversized input, or nothing to check,"
+    " printed as file:line:column: reason); " + EXIT_COMMON
+)
 
 
 @click.command(epilog=EXIT_HELP)
@@ -79,16 +92,15 @@ def replay(
     elif len(results) > 1:
         passed = sum(1 for r in results if r.status == "agree")
         click.echo(f"{passed} of {len(results)} logs agree with the reference")
-    sys.exit(max(r.exit_code for r in results))
+    sys.exit(combine([ExitCode(r.exit_code) for r in results]))
 
 
-@click.group("import")
+@click.group("import", epilog=IMPORT_EXIT_HELP)
 def import_group() -> None:
     """Check what stock vLLM already emits: Prometheus scrapes, 'SpecDecoding metrics:' log
-    lines, per-request spec-decode metrics.
+    lines, per-request spec-decode metrics (plain, gzip or - for stdin).
 
-    Each check prints file:line: VERDICT check: message. Exit codes: 0 no violation,
-    1 a violation, 2 bad input or usage.
+    Each check prints file:line: VERDICT check: message.
     """
 
 
@@ -104,7 +116,7 @@ def _finish(findings: list[Finding], as_json: bool, verbose: bool) -> None:
 
 def _bad(exc: BadInput) -> None:
     click.echo(str(exc), err=True)
-    sys.exit(2)
+    sys.exit(ExitCode.BAD_INPUT)
 
 
 def _run_import(check: Callable[[], list[Finding]], as_json: bool, quiet: bool) -> None:
@@ -121,7 +133,7 @@ _json = click.option("--json", "as_json", is_flag=True, help="print findings as 
 _quiet = click.option("--quiet", "-q", is_flag=True, help="print only notes and violations")
 
 
-@import_group.command("prometheus")
+@import_group.command("prometheus", epilog=IMPORT_EXIT_HELP)
 @click.argument("files", nargs=-1, required=True, metavar="SCRAPE...")
 @_json
 @_quiet
@@ -133,7 +145,7 @@ def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     _run_import(lambda: prometheus.check_files(list(files)), as_json, quiet)
 
 
-@import_group.command("logs")
+@import_group.command("logs", epilog=IMPORT_EXIT_HELP)
 @click.argument("files", nargs=-1, required=True, metavar="LOG...")
 @click.option(
     "--metrics",
@@ -151,7 +163,7 @@ def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: 
     _run_import(lambda: logs.check_files(list(files), metrics), as_json, quiet)
 
 
-@import_group.command("requests")
+@import_group.command("requests", epilog=IMPORT_EXIT_HELP)
 @click.argument("files", nargs=-1, required=True, metavar="JSON...")
 @click.option(
     "--metrics",

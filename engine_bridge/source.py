@@ -284,6 +284,8 @@ def _constant(name: str) -> Any:
 STRICT_DECODER = json.JSONDecoder(
     object_pairs_hook=_pairs, parse_int=_int, parse_float=_float, parse_constant=_constant
 )
+# The same, reading NaN and Infinity as floats (for values Python's json.dumps wrote).
+NAN_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_int=_int)
 
 
 def _offset_of(text: str, start: int, needle: str, nth: int) -> int:
@@ -302,11 +304,13 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
-def strict_raw_decode(path: str, text: str, start: int, first_line: int = 1) -> tuple[Any, int]:
+def strict_raw_decode(
+    path: str, text: str, start: int, first_line: int = 1, *, allow_nan: bool = False
+) -> tuple[Any, int]:
     """One JSON value of ``text`` from ``start``, strictly (see the module doc): (value, end).
     `BadInput` positions count lines from ``first_line``; JSON syntax errors keep json's text."""
     try:
-        return STRICT_DECODER.raw_decode(text, start)
+        return (NAN_DECODER if allow_nan else STRICT_DECODER).raw_decode(text, start)
     except _Reject as exc:
         line, col = line_col(text, _offset_of(text, start, exc.needle, exc.nth))
         raise BadInput(path, first_line + line - 1, col, exc.reason) from None

@@ -26,7 +26,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..records import BadInput
+from ..limits import MAX_K, digits_too_long
+from ..source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding
 
 MARKER = "SpecDecoding metrics:"
@@ -68,10 +69,25 @@ def parse_line(path: str, lineno: int, text: str) -> LogLine | None:
     m = LINE_RE.search(text, at)
     if m is None:
         raise BadInput(path, lineno, at + 1, "malformed 'SpecDecoding metrics:' line")
-    try:
-        per_pos = (
-            tuple(float(x) for x in m.group("per_pos").split(", ")) if m.group("per_pos") else ()
+    for name in ("accepted", "drafted"):
+        if digits_too_long(m.group(name)):
+            raise BadInput(
+                path,
+                lineno,
+                m.start(name) + 1,
+                f"{name.capitalize()} has {len(m.group(name))} digits: beyond the limit"
+                " 2**63 - 1 (docs/limits.md)",
+            )
+    rates = m.group("per_pos")
+    if rates.count(",") >= MAX_K:  # before splitting: k rates are k - 1 separators
+        raise BadInput(
+            path,
+            lineno,
+            m.start("per_pos") + 1,
+            f"more than {MAX_K} per-position rates: k is at most {MAX_K} (docs/limits.md)",
         )
+    try:
+        per_pos = tuple(float(x) for x in rates.split(", ")) if rates else ()
     except ValueError:
         raise BadInput(
             path, lineno, m.start("per_pos") + 1, "malformed per-position acceptance rates"
@@ -90,21 +106,25 @@ def parse_line(path: str, lineno: int, text: str) -> LogLine | None:
 
 
 def read_lines(path: str) -> list[LogLine]:
+    """Every ``SpecDecoding metrics:`` line of a log (read through `source`: path or -, gzip,
+    strict UTF-8, bounded lines). An empty input, or one without such a line, is `BadInput`: it
+    has nothing to check, and exit 0 would claim it was checked."""
     out: list[LogLine] = []
-    if path == "-":
-        import sys
-
-        stream = sys.stdin
-        for lineno, text in enumerate(stream, start=1):
-            parsed = parse_line(path, lineno, text)
-            if parsed is not None:
-                out.append(parsed)
-        return out
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, text in enumerate(f, start=1):
-            parsed = parse_line(path, lineno, text)
-            if parsed is not None:
-                out.append(parsed)
+    seen = 0
+    for lineno, text in iter_text_lines(path):
+        seen = lineno
+        parsed = parse_line(path, lineno, text)
+        if parsed is not None:
+            out.append(parsed)
+    if not out:
+        what = "empty input" if not seen else f"no '{MARKER}' line in {seen} lines"
+        raise BadInput(
+            path,
+            1,
+            1,
+            f"{what}: nothing to check (a vLLM server log with speculative decoding and"
+            " stats logging on prints one per interval)",
+        )
     return out
 
 
@@ -114,6 +134,8 @@ def drafts_range(x: LogLine) -> tuple[int, int] | None:
     low = max(1, math.ceil(x.drafted / k), math.ceil(x.accepted / k))
     if x.accepted == 0:
         return (low, low) if math.isclose(x.mean, 1.0) or math.isnan(x.mean) else None
+    if not math.isfinite(x.mean):  # nan or inf with Accepted > 0: no n gives that mean
+        return None
     hi_mean = x.mean - 1 + MEAN_HALF_ULP
     lo_mean = x.mean - 1 - MEAN_HALF_ULP
     n_min = max(low, math.ceil(x.accepted / hi_mean - EPS))
@@ -128,6 +150,13 @@ def check_line(x: LogLine) -> list[Finding]:
     if x.accepted > x.drafted:
         bad.append(("accepted<=drafted", f"Accepted {x.accepted} > Drafted {x.drafted}"))
     tol_mean = MEAN_HALF_ULP + k * POS_HALF_ULP + EPS
+    if not math.isfinite(x.mean) and x.accepted > 0:
+        bad.append(
+            (
+                "mean length finite",
+                f"mean {x.mean} with Accepted {x.accepted} > 0: 1 + A/n is a finite number",
+            )
+        )
     if not math.isnan(x.mean) and k:
         implied = 1 + sum(x.per_pos)
         if abs(x.mean - implied) > tol_mean:
@@ -149,7 +178,14 @@ def check_line(x: LogLine) -> list[Finding]:
                     " more than the %.1f%% half-ulp 0.05 apart",
                 )
             )
-        if x.dr_tp > 0 or x.acc_tp > 0:
+        if not (math.isfinite(x.acc_tp) and math.isfinite(x.dr_tp)):
+            bad.append(
+                (
+                    "throughputs vs Accepted/Drafted",
+                    f"throughput {x.acc_tp}/{x.dr_tp} tokens/s is not finite",
+                )
+            )
+        elif x.dr_tp > 0 or x.acc_tp > 0:
             lhs = abs(x.acc_tp * x.drafted - x.dr_tp * x.accepted)
             tol = TP_HALF_ULP * (x.accepted + x.drafted) + EPS
             if lhs > tol:
@@ -221,8 +257,6 @@ def check_files(paths: list[str], metrics: str | None = None) -> list[Finding]:
     lines: list[LogLine] = []
     for path in paths:
         parsed = read_lines(path)
-        if not parsed:
-            findings.append(Finding(path, 1, NOTE, "no log lines", f"no '{MARKER}' line in {path}"))
         lines.extend(parsed)
         for x in parsed:
             findings.extend(check_line(x))
@@ -235,10 +269,7 @@ def _reconcile(lines: list[LogLine], metrics: str) -> Finding:
     """Σ logged Accepted / Drafted against the final Prometheus counters."""
     from .prometheus import read_scrapes, spec_totals
 
-    scrapes = read_scrapes([metrics])
-    if not scrapes:
-        raise BadInput(metrics, 1, 1, "no Prometheus samples found")
-    last = scrapes[-1]
+    last = read_scrapes([metrics])[-1]
     k = max((len(x.per_pos) for x in lines), default=1)
     _, tokens, accepted, _ = spec_totals(last, k)
     acc = sum(x.accepted for x in lines)

@@ -19,12 +19,14 @@ invariants hold for the interval deltas.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..records import BadInput
+from ..limits import MAX_INT, MAX_K
+from ..source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding
 
 PREFIX = "vllm:spec_decode_"
@@ -75,23 +77,17 @@ def _base(sample_name: str) -> tuple[str, str]:
     return sample_name, ""
 
 
-def _scrape_text(path: str) -> str:
-    if path == "-":
-        import sys
-
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
 def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
-    """Every scrape of every file, in order. Malformed sample lines raise `BadInput`."""
+    """Every scrape of every file, in order (each read through `source`: path or -, gzip, strict
+    UTF-8, bounded lines). Malformed sample lines, samples beyond docs/limits.md (a non-finite
+    or huge counter, a position >= MAX_K) and a file without any spec-decode sample raise
+    `BadInput`."""
     scrapes: list[Scrape] = []
     for path in paths:
-        text = _scrape_text(path)
         current: Scrape | None = None
         seen_meta: set[tuple[str, str]] = set()
-        for lineno, raw in enumerate(text.splitlines(), start=1):
+        found = False
+        for lineno, raw in iter_text_lines(path):
             line = raw.strip()
             if not line:
                 continue
@@ -111,12 +107,68 @@ def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
                 continue
             try:
                 families = list(text_string_to_metric_families(line + "\n"))
-            except (ValueError, IndexError) as exc:
+            except (ValueError, IndexError, KeyError, TypeError) as exc:
                 raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
             for family in families:
                 for sample in family.samples:
-                    _add_sample(current, sample.name, dict(sample.labels), sample.value, lineno)
+                    labels = dict(sample.labels)
+                    _check_sample(path, lineno, raw, sample.name, labels, sample.value)
+                    _add_sample(current, sample.name, labels, sample.value, lineno)
+                    found = True
+        if not found:
+            # Nothing to check (a step log, an empty or unrelated file) must not pass as ok.
+            raise BadInput(
+                path,
+                1,
+                1,
+                f"no Prometheus {PREFIX}* samples found (is this a /metrics scrape of vLLM with"
+                " speculative decoding?)",
+            )
     return scrapes
+
+
+def _check_sample(
+    path: str, lineno: int, raw: str, name: str, labels: dict[str, str], value: float
+) -> None:
+    """The limits of one spec-decode sample, before anything is sized by it."""
+    if not name.endswith("_created"):
+        if not math.isfinite(value):
+            raise BadInput(
+                path,
+                lineno,
+                _value_column(raw),
+                f"{name} = {value!r}: a counter sample must be a finite number",
+            )
+        if abs(value) > MAX_INT:
+            raise BadInput(
+                path,
+                lineno,
+                _value_column(raw),
+                f"{name} = {value:g} exceeds the limit 2**63 - 1 (docs/limits.md)",
+            )
+    position = labels.get("position")
+    if (
+        position is not None
+        and position.isascii()
+        and position.isdigit()
+        and (len(position) > len(str(MAX_K)) or int(position) >= MAX_K)
+    ):
+        at = raw.find("position=")
+        raise BadInput(
+            path,
+            lineno,
+            at + 1 if at >= 0 else 1,
+            f"position {position[:20]} is beyond k <= {MAX_K} (docs/limits.md)",
+        )
+
+
+def _value_column(raw: str) -> int:
+    """1-based column of a sample line's value: the first token after the labels (or name)."""
+    at = raw.rfind("}") + 1 if "}" in raw else raw.find(" ")
+    if at < 0:
+        return 1
+    rest = raw[at:]
+    return at + len(rest) - len(rest.lstrip()) + 1
 
 
 def _add_sample(scrape: Scrape, name: str, labels: dict[str, str], value: float, line: int) -> None:
@@ -128,7 +180,7 @@ def _add_sample(scrape: Scrape, name: str, labels: dict[str, str], value: float,
         series.created[base] = value
         return
     if base == PER_POS:
-        if position is None or not position.isdigit():
+        if position is None or not (position.isascii() and position.isdigit()):
             return
         series.per_pos[int(position)] = (value, line)
     elif base in SCALARS:
@@ -350,7 +402,4 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
 
 
 def check_files(paths: list[str]) -> list[Finding]:
-    scrapes = read_scrapes(paths)
-    if not scrapes:
-        raise BadInput(paths[0] if paths else "-", 1, 1, "no Prometheus samples found")
-    return check_scrapes(scrapes)
+    return check_scrapes(read_scrapes(paths))

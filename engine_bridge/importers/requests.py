@@ -19,7 +19,7 @@ num_accepted_tokens, histogram tails ↔ per-position accepted).
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,9 @@ from spectally.reference.machine import Engine, EngineConfig
 from spectally.reference.metrics import Ratio
 from spectally.reference.step import Mode
 
-from ..records import BadInput
-from .findings import NOTE, OK, VIOLATION, Finding
+from ..limits import MAX_DEPTH, k_error
+from ..source import BadInput, line_col, read_text, strict_raw_decode, too_deep
+from .findings import OK, VIOLATION, Finding
 
 REQUIRED = (
     "num_spec_steps",
@@ -61,13 +62,17 @@ class RequestMetrics:
     metrics: dict[str, Any]
 
 
-def _line_of(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
 def _values(path: str, text: str) -> list[tuple[int, Any]]:
-    """(line, JSON value) for a JSON document, the items of a top-level array, or NDJSON."""
-    decoder = json.JSONDecoder()
+    """(line, JSON value) for a JSON document, the items of a top-level array, or NDJSON.
+
+    Strict JSON (`source.strict_raw_decode`: no duplicate keys, integers within 2**63 - 1) but
+    NaN and Infinity are read as floats: Python's json.dumps writes them, so a vLLM dump may hold
+    one, and a NaN mean length is the engine's violation to report, not unreadable input."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:
+        at = too_deep(text)
+        if at is not None:
+            line, col = line_col(text, at)
+            raise BadInput(path, line, col, f"JSON nested deeper than the limit {MAX_DEPTH}")
     i = len(text) - len(text.lstrip())
     if text[i : i + 1] == "[":
         out: list[tuple[int, Any]] = []
@@ -76,22 +81,17 @@ def _values(path: str, text: str) -> list[tuple[int, Any]]:
             while i < len(text) and text[i] in " \t\r\n,":
                 i += 1
             if i >= len(text):
-                raise BadInput(path, _line_of(text, i), 1, "unterminated JSON array")
+                line, col = line_col(text, i)
+                raise BadInput(path, line, col, "unterminated JSON array")
             if text[i] == "]":
                 return out
-            try:
-                value, end = decoder.raw_decode(text, i)
-            except json.JSONDecodeError as exc:
-                raise BadInput(path, exc.lineno, exc.colno, f"bad JSON: {exc.msg}") from None
-            out.append((_line_of(text, i), value))
+            value, end = strict_raw_decode(path, text, i, allow_nan=True)
+            out.append((line_col(text, i)[0], value))
             i = end
     values: list[tuple[int, Any]] = []
     while i < len(text):
-        try:
-            value, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError as exc:
-            raise BadInput(path, exc.lineno, exc.colno, f"bad JSON: {exc.msg}") from None
-        values.append((_line_of(text, i), value))
+        value, end = strict_raw_decode(path, text, i, allow_nan=True)
+        values.append((line_col(text, i)[0], value))
         i = end
         while i < len(text) and text[i] in " \t\r\n":
             i += 1
@@ -123,17 +123,24 @@ def extract(path: str, line: int, value: Any) -> list[RequestMetrics]:
 
 
 def read_requests(paths: list[str]) -> list[RequestMetrics]:
+    """The metrics of every file, each read through `source` (path or -, gzip, strict UTF-8,
+    bounded lines). A file without any is `BadInput`: nothing was checked, so exit 0 would lie
+    (a step log is named as one: it is replay's input)."""
     out: list[RequestMetrics] = []
     for path in paths:
-        if path == "-":
-            import sys
-
-            text = sys.stdin.read()
-        else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        for line, value in _values(path, text):
-            out.extend(extract(path, line, value))
+        found: list[RequestMetrics] = []
+        values = _values(path, read_text(path))
+        for line, value in values:
+            found.extend(extract(path, line, value))
+        if not found:
+            first = values[0][1] if values else None
+            hint = (
+                "this is a step log: check it with `spectally replay`"
+                if isinstance(first, dict) and "record" in first
+                else "started with --per-request-spec-decode-metrics?"
+            )
+            raise BadInput(path, 1, 1, f"no per-request spec-decode metrics found ({hint})")
+        out.extend(found)
     return out
 
 
@@ -153,6 +160,9 @@ def _validate(r: RequestMetrics) -> None:
         v = m[name]
         if type(v) is not int or v < 0:
             raise BadInput(r.path, r.line, 1, f"{r.request}: {name} must be an int >= 0, got {v!r}")
+    why = k_error("num_spec_tokens", m["num_spec_tokens"])
+    if why is not None:  # before the histograms of length k + 1 are built
+        raise BadInput(r.path, r.line, 1, f"{r.request}: {why}")
     hist = m["acceptance_histogram"]
     if not isinstance(hist, list) or any(type(v) is not int or v < 0 for v in hist):
         raise BadInput(
@@ -217,7 +227,11 @@ def check_request(r: RequestMetrics, engine: Engine | None = None) -> list[Findi
         expected = ratio.value()
         assert expected is not None  # if_zero is set
         reported = m[name]
-        if not isinstance(reported, (int, float)) or abs(reported - expected) > FLOAT_TOL:
+        if (
+            type(reported) not in (int, float)
+            or not math.isfinite(reported)
+            or abs(reported - expected) > FLOAT_TOL
+        ):
             why = if_zero if ratio.denominator == 0 else ""
             bad.append((name, f"{reported} != {formula} = {expected:.6f}{why}"))
     per_acc, per_dr = m.get("per_step_accepted"), m.get("per_step_drafted")
@@ -334,16 +348,6 @@ def _replay_steps(
 def check_files(paths: list[str], metrics: str | None = None) -> list[Finding]:
     requests = read_requests(paths)
     findings: list[Finding] = []
-    if not requests:
-        return [
-            Finding(
-                paths[0] if paths else "-",
-                1,
-                NOTE,
-                "no request metrics",
-                "no spec-decode metrics found (started with --per-request-spec-decode-metrics?)",
-            )
-        ]
     engine: Engine | None = None
     for r in requests:
         k = r.metrics.get("num_spec_tokens") if isinstance(r.metrics, dict) else None
@@ -359,10 +363,7 @@ def reconcile(requests: list[RequestMetrics], metrics: str) -> list[Finding]:
     """Σ per-request metrics against the final Prometheus totals (vLLM documents equality)."""
     from .prometheus import read_scrapes, spec_totals
 
-    scrapes = read_scrapes([metrics])
-    if not scrapes:
-        raise BadInput(metrics, 1, 1, "no Prometheus samples found")
-    last = scrapes[-1]
+    last = read_scrapes([metrics])[-1]
     k = max(r.metrics["num_spec_tokens"] for r in requests)
     drafts, tokens, acc, per_pos = spec_totals(last, k)
     s_steps = sum(r.metrics["num_spec_steps"] for r in requests)
