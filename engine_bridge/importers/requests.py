@@ -350,8 +350,9 @@ def check_files(paths: list[str], metrics: str | None = None) -> list[Finding]:
     findings: list[Finding] = []
     engine: Engine | None = None
     for r in requests:
-        k = r.metrics.get("num_spec_tokens") if isinstance(r.metrics, dict) else None
-        if engine is None and type(k) is int and k >= 1:
+        _validate(r)  # k within limits.MAX_K before the engine sizes anything by it
+        k = r.metrics["num_spec_tokens"]
+        if engine is None and k >= 1:
             engine = Engine(EngineConfig(Mode.ASYNC, k), check=False)
         findings.extend(check_request(r, engine))
     if metrics is not None:

@@ -1,0 +1,430 @@
+"""Issue 11, case by case: every hostile input it lists, through the real `spectally` command
+(in process, click's CliRunner), with the exit code of the contract (spectally.exit_codes), a
+one-line ``file:line:column`` message and no traceback. Each test is one reported case.
+
+Cases only replay's verdict logic can fix (the `col` branch) are marked
+``xfail(strict=True, reason=REPLAY_VERDICT)``: the lead removes the mark at merge.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from spectally.cli import main
+from spectally.exit_codes import ExitCode
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+LOG = FIXTURES / "ngram-k3-greedy.ndjson.gz"
+SERVED = FIXTURES / "serve-ngram-k3"
+REPLAY_VERDICT = "replay verdict: col branch"
+
+HEADER: dict[str, Any] = {
+    "record": "header",
+    "schema_version": 1,
+    "engine": "vllm",
+    "engine_version": "0.32.0",
+    "num_speculative_tokens": 3,
+    "scheduling": "sync",
+    "spec_method": "ngram",
+    "structured_outputs_backend": None,
+    "adaptive_verification": False,
+    "drop_stale_output": False,
+}
+ADD = {"record": "request", "step": 1, "request": "a", "event": "add", "structured": False}
+
+
+def dumps(rec: dict[str, Any]) -> str:
+    return json.dumps(rec, separators=(",", ":"))
+
+
+def run(*args: str, stdin: bytes | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), input=stdin)
+
+
+def assert_bad(result: Result, path: Path | str, line: int | None = None) -> str:
+    """Exit 2, one ``path:line:col: reason`` line on stderr, no traceback; returns the reason."""
+    assert result.exit_code == ExitCode.BAD_INPUT, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    message = result.stderr.strip().splitlines()[-1]
+    m = re.match(rf"^{re.escape(str(path))}:(\d+):(\d+): (.+)$", message)
+    assert m, message
+    if line is not None:
+        assert int(m[1]) == line, message
+    return m[3]
+
+
+def log_lines() -> list[str]:
+    return gzip.decompress(LOG.read_bytes()).decode().splitlines()
+
+
+def write(tmp_path: Path, name: str, lines: list[str]) -> Path:
+    path = tmp_path / name
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+# -- replay: tracebacks that were exit 1 -------------------------------------------------------
+
+
+def test_replay_deep_nesting(tmp_path: Path) -> None:
+    nested = "[" * 1000 + "]" * 1000
+    path = write(
+        tmp_path, "x.ndjson", [dumps(HEADER), dumps({**ADD, "meta": {}})[:-3] + nested + "}"]
+    )
+    assert "nested deeper than the limit 64" in assert_bad(run("replay", str(path)), path, 2)
+
+
+def test_replay_deep_nesting_at_top_level(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.ndjson", [dumps(HEADER), "[" * 1000 + "]" * 1000])
+    assert "nested deeper" in assert_bad(run("replay", str(path)), path, 2)
+
+
+@pytest.mark.parametrize("digits", [20, 5000])
+def test_replay_huge_integer(tmp_path: Path, digits: int) -> None:
+    line = dumps(ADD).replace('"step":1', '"step":' + "9" * digits)
+    path = write(tmp_path, "x.ndjson", [dumps(HEADER), line])
+    reason = assert_bad(run("replay", str(path)), path, 2)
+    assert "exceeds the limit 2**63 - 1" in reason
+
+
+def test_replay_gzip_corrupted_middle_byte(tmp_path: Path) -> None:
+    data = bytearray(LOG.read_bytes())
+    data[len(data) // 2] ^= 0x55
+    path = tmp_path / "x.ndjson.gz"
+    path.write_bytes(bytes(data))
+    assert_bad(run("replay", str(path)), path)
+
+
+def test_replay_truncated_gzip_is_bad_input_not_a_traceback(tmp_path: Path) -> None:
+    data = LOG.read_bytes()
+    path = tmp_path / "x.ndjson.gz"
+    path.write_bytes(data[: len(data) // 2])
+    assert "gzip" in assert_bad(run("replay", str(path)), path)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("binary.prom", bytes(range(256)) * 4),
+        ("inf.prom", b'vllm:spec_decode_num_drafts_total{engine="0"} +Inf\n'),
+        ("nan.prom", b'vllm:spec_decode_num_drafts_total{engine="0"} NaN\n'),
+        ("steplog.prom", gzip.decompress(LOG.read_bytes())),
+    ],
+)
+def test_replay_bad_metrics_file(tmp_path: Path, name: str, content: bytes) -> None:
+    metrics = tmp_path / name
+    metrics.write_bytes(content)
+    assert_bad(run("replay", "--metrics", str(metrics), str(LOG)), metrics)
+
+
+# -- limits: one short line must not allocate without bound --------------------------------------
+
+
+def test_replay_header_k_beyond_the_limit(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.ndjson", [dumps({**HEADER, "num_speculative_tokens": 10**9})])
+    reason = assert_bad(run("replay", str(path)), path, 1)
+    assert reason == "num_speculative_tokens 1000000000 exceeds the limit 1024 (docs/limits.md)"
+
+
+def test_replay_line_longer_than_the_limit(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "x.ndjson", [dumps(HEADER), dumps({**ADD, "meta": {"x": "y" * (1 << 20)}})]
+    )
+    assert "line longer than the limit" in assert_bad(run("replay", str(path)), path, 2)
+
+
+def test_prometheus_position_beyond_the_limit(tmp_path: Path) -> None:
+    scrape = tmp_path / "m.prom"
+    scrape.write_text(
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1000000000"} 1\n'
+    )
+    assert "position 1000000000 is beyond k <= 1024" in assert_bad(
+        run("import", "prometheus", str(scrape)), scrape, 1
+    )
+
+
+def test_requests_num_spec_tokens_beyond_the_limit(tmp_path: Path) -> None:
+    first = SERVED.with_suffix(".requests.jsonl").read_text().splitlines()[0]
+    value = json.loads(first)
+    metrics = value["metrics"]["speculative_decoding"]
+    metrics["num_spec_tokens"] = 10**9
+    path = write(tmp_path, "r.jsonl", [json.dumps(value)])
+    assert "exceeds the limit 1024" in assert_bad(run("import", "requests", str(path)), path, 1)
+
+
+def test_step_proposed_beyond_the_limit() -> None:
+    result = run("step", "--mode", "sync", "--proposed", "1000000000", "--accepted", "1")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert "exceeds the limit 1024" in result.output and "Traceback" not in result.output
+
+
+def test_step_at_the_limit_is_fine() -> None:
+    result = run("step", "--mode", "sync", "--proposed", "1024", "--accepted", "1", "--json")
+    assert result.exit_code == ExitCode.OK
+    assert json.loads(result.output)["rfc"]["drafted"] == 1024
+
+
+# -- importers: crashes and silent passes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["prometheus", "logs", "requests"])
+def test_importer_missing_file_and_directory(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "nope"
+    assert "cannot read: No such file or directory" in assert_bad(
+        run("import", command, str(missing)), missing, 1
+    )
+    assert "cannot read: Is a directory" in assert_bad(
+        run("import", command, str(tmp_path)), tmp_path, 1
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "fixture"),
+    [("prometheus", ".prom"), ("logs", ".log"), ("requests", ".requests.jsonl")],
+)
+def test_importer_invalid_utf8(tmp_path: Path, command: str, fixture: str) -> None:
+    lines = SERVED.with_suffix(fixture).read_bytes().splitlines(keepends=True)
+    path = tmp_path / f"x{fixture}"
+    path.write_bytes(b"".join(lines[:1]) + b"\xff\xfe garbage\n" + b"".join(lines[1:]))
+    assert assert_bad(run("import", command, str(path)), path, 2) == "line is not valid UTF-8"
+
+
+@pytest.mark.parametrize(
+    ("command", "fixture"),
+    [("prometheus", ".prom"), ("logs", ".log"), ("requests", ".requests.jsonl")],
+)
+def test_importers_read_gzip_as_replay_does(tmp_path: Path, command: str, fixture: str) -> None:
+    plain = SERVED.with_suffix(fixture)
+    packed = tmp_path / f"x{fixture}.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    want = run("import", command, "--json", str(plain))
+    got = run("import", command, "--json", str(packed))
+    assert want.exit_code == got.exit_code == ExitCode.OK, got.output
+    assert got.output.replace(str(packed), str(plain)) == want.output
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+def test_prometheus_non_finite_sample(tmp_path: Path, value: str) -> None:
+    scrape = tmp_path / "m.prom"
+    scrape.write_text(f'vllm:spec_decode_num_drafts_total{{engine="0"}} {value}\n')
+    reason = assert_bad(run("import", "prometheus", str(scrape)), scrape, 1)
+    assert "must be a finite number" in reason
+
+
+def test_logs_nan_mean_with_nonzero_counts_is_a_violation(tmp_path: Path) -> None:
+    line = SERVED.with_suffix(".log").read_text().splitlines()[0]
+    nan_line = re.sub(r"Mean acceptance length: [0-9.]+", "Mean acceptance length: nan", line)
+    path = write(tmp_path, "x.log", [nan_line])
+    result = run("import", "logs", str(path))
+    assert result.exit_code == ExitCode.DIVERGENCE, result.output
+    assert "mean length finite" in result.output and "Traceback" not in result.output
+
+
+def test_requests_nan_mean_with_nonzero_counts_is_a_violation(tmp_path: Path) -> None:
+    first = SERVED.with_suffix(".requests.jsonl").read_text().splitlines()[0]
+    value = json.loads(first)
+    metrics = value["metrics"]["speculative_decoding"]
+    assert metrics["num_accepted_draft_tokens"] > 0
+    metrics["mean_acceptance_length"] = float("nan")
+    path = write(tmp_path, "r.jsonl", [json.dumps(value)])  # json.dumps writes NaN
+    result = run("import", "requests", str(path))
+    assert result.exit_code == ExitCode.DIVERGENCE, result.output
+    assert "VIOLATION mean_acceptance_length" in result.output and "nan != 1 + " in result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("empty.log", b"", "empty input: nothing to check"),
+        ("binary.log", bytes(range(256)), "line is not valid UTF-8"),
+        ("steps.log", gzip.decompress(LOG.read_bytes()), "no 'SpecDecoding metrics:' line"),
+    ],
+)
+def test_logs_nothing_to_check_is_not_exit_0(
+    tmp_path: Path, name: str, content: bytes, reason: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert reason in assert_bad(run("import", "logs", str(path)), path)
+
+
+def test_requests_on_a_step_log_is_not_exit_0() -> None:
+    reason = assert_bad(run("import", "requests", str(LOG)), LOG, 1)
+    assert "this is a step log: check it with `spectally replay`" in reason
+
+
+def test_prometheus_on_a_step_log_is_not_exit_0() -> None:
+    assert "no Prometheus vllm:spec_decode_* samples" in assert_bad(
+        run("import", "prometheus", str(LOG)), LOG, 1
+    )
+
+
+# -- silent acceptance ------------------------------------------------------------------------
+
+
+def test_replay_duplicate_key_on_the_first_record_of_a_shape(tmp_path: Path) -> None:
+    lines = log_lines()
+    i = next(
+        n for n, text in enumerate(lines) if '"record":"request_step"' in text.replace(" ", "")
+    )
+    lines[i] = lines[i][:-1] + ', "accepted": 0}'
+    path = write(tmp_path, "x.ndjson", lines)
+    assert "duplicate key 'accepted'" in assert_bad(run("replay", str(path)), path, i + 1)
+
+
+def test_replay_duplicate_key_on_a_memoised_shape(tmp_path: Path) -> None:
+    """Replay's inline path reuses the check of an earlier record of the same shape; a line with
+    a repeated key must not ride on it (the last request_step is surely of a known shape)."""
+    lines = log_lines()
+    i = max(n for n, text in enumerate(lines) if '"request_step"' in text)
+    rec = json.loads(lines[i])
+    text = json.dumps(rec)
+    lines[i] = text[:-1] + f', "accepted": {rec["accepted"]}' + "}"
+    path = write(tmp_path, "x.ndjson", lines)
+    assert "duplicate key 'accepted'" in assert_bad(run("replay", str(path)), path, i + 1)
+
+
+def test_requests_duplicate_key(tmp_path: Path) -> None:
+    first = SERVED.with_suffix(".requests.jsonl").read_text().splitlines()[0]
+    path = write(tmp_path, "r.jsonl", [first[:-1] + ', "id": "again"}'])
+    assert "duplicate key 'id'" in assert_bad(run("import", "requests", str(path)), path, 1)
+
+
+def test_replay_bom_in_the_middle(tmp_path: Path) -> None:
+    lines = log_lines()
+    lines[3] = "\ufeff" + lines[3]
+    path = write(tmp_path, "x.ndjson", lines)
+    assert "byte-order mark" in assert_bad(run("replay", str(path)), path, 4)
+
+
+def test_replay_bom_at_the_start_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "x.ndjson"
+    path.write_bytes(b"\xef\xbb\xbf" + gzip.decompress(LOG.read_bytes()))
+    assert run("replay", str(path)).exit_code == ExitCode.OK
+
+
+@pytest.mark.parametrize(
+    ("suffix", "pack", "name"),
+    [(".bz2", bz2.compress, "bzip2"), (".xz", lzma.compress, "xz")],
+)
+def test_other_compressions_are_named(tmp_path: Path, suffix: str, pack: Any, name: str) -> None:
+    path = tmp_path / f"x.ndjson{suffix}"
+    path.write_bytes(pack(gzip.decompress(LOG.read_bytes())))
+    reason = assert_bad(run("replay", str(path)), path, 1)
+    assert reason.startswith(f"{name}-compressed input: spectally reads plain text or gzip, not")
+
+
+def test_stdin_gzip(tmp_path: Path) -> None:
+    assert run("replay", "-", stdin=LOG.read_bytes()).exit_code == ExitCode.OK
+
+
+# -- the top-level wrapper: Ctrl-C, internal errors, usage --------------------------------------
+
+
+def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spectally.engine_bridge import cli as bridge_cli
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bridge_cli, "replay_file", interrupted)
+    result = run("replay", str(LOG))
+    assert result.exit_code == ExitCode.INTERRUPTED
+    assert "Traceback" not in result.output and "interrupted" in result.stderr
+
+
+def test_internal_error_is_70_with_a_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spectally.reference import machine
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("deliberate\nbug")
+
+    monkeypatch.setattr(machine, "step_counts", broken)
+    result = run("step", "--mode", "sync", "--proposed", "3", "--accepted", "1")
+    assert result.exit_code == ExitCode.INTERNAL_ERROR
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert "internal error" in lines[0] and "RuntimeError: deliberate bug" in lines[0]
+    report = Path(lines[0].rsplit("full report: ", 1)[1])
+    try:
+        text = report.read_text()
+        assert "Traceback" in text and "deliberate" in text and "'step'" in text
+    finally:
+        report.unlink()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["nope"], ["step", "--mode", "never"], ["replay"], ["import", "logs"], ["step"]],
+)
+def test_usage_errors_are_2(args: list[str]) -> None:
+    result = run(*args)
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["step", "--help"],
+        ["vectors", "--help"],
+        ["replay", "--help"],
+        ["import", "--help"],
+        ["import", "logs", "--help"],
+        ["prove", "--help"],
+    ],
+)
+def test_every_help_states_the_exit_codes(args: list[str]) -> None:
+    pytest.importorskip("z3") if args[0] == "prove" else None
+    result = run(*args)
+    assert result.exit_code == ExitCode.OK
+    text = " ".join(result.output.split())
+    assert "Exit codes" in text and "70 internal error" in text and "130 interrupted" in text
+
+
+# -- replay-level verdicts: the `col` branch ------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=REPLAY_VERDICT)
+def test_log_cut_at_a_record_boundary_is_incomplete(tmp_path: Path) -> None:
+    lines = log_lines()
+    path = write(tmp_path, "x.ndjson", lines[: len(lines) // 2])
+    result = run("replay", str(path))
+    assert result.exit_code == ExitCode.INCOMPLETE, result.output
+    assert "totals" in result.output
+
+
+@pytest.mark.xfail(strict=True, reason=REPLAY_VERDICT)
+def test_crc_is_checked_before_a_divergence_is_trusted(tmp_path: Path) -> None:
+    """A divergence early in a gzip log whose tail is corrupt: the file fails `gzip -t`, so the
+    verdict is bad input, not DIVERGE."""
+    lines = log_lines()
+    i = next(n for n, text in enumerate(lines) if '"step_stats"' in text)
+    rec = json.loads(lines[i])
+    rec["num_drafts"] += 1  # a divergence at line i + 1
+    lines[i] = json.dumps(rec)
+    data = bytearray(gzip.compress("".join(t + "\n" for t in lines).encode()))
+    data[-6] ^= 0xFF  # the CRC32 in the gzip trailer
+    path = tmp_path / "x.ndjson.gz"
+    path.write_bytes(bytes(data))
+    assert_bad(run("replay", str(path)), path)
+
+
+@pytest.mark.xfail(strict=True, reason=REPLAY_VERDICT)
+def test_request_step_after_its_step_stats_has_one_exit_code(tmp_path: Path) -> None:
+    lines = log_lines()
+    i = next(n for n, text in enumerate(lines) if '"step_stats"' in text)
+    j = next(n for n in range(i - 1, 0, -1) if '"request_step"' in lines[n])
+    lines[i], lines[j] = lines[j], lines[i]  # the request_step now follows its step_stats
+    path = write(tmp_path, "x.ndjson", lines)
+    codes = {run("replay", *extra, str(path)).exit_code for extra in ([], ["--keep-going", "5"])}
+    assert codes == {ExitCode.BAD_INPUT}
