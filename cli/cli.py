@@ -80,7 +80,7 @@ class LazyGroup(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,

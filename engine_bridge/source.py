@@ -30,7 +30,7 @@ import re
 import sys
 import zlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from .limits import MAX_DEPTH, MAX_INT, MAX_LINE_BYTES, digits_too_long
 
@@ -69,8 +69,8 @@ def open_binary(path: str) -> BinaryIO:
     raw: BinaryIO
     if path == "-":
         raw = sys.stdin.buffer
-        if not isinstance(raw, io.BufferedReader):
-            raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+        if not isinstance(raw, io.BufferedReader):  # peek() needs a buffered reader
+            raw = io.BufferedReader(cast(io.RawIOBase, raw))
     else:
         try:
             raw = open(path, "rb")  # noqa: SIM115 - closed by the caller (close_stream)
@@ -142,12 +142,12 @@ def check_line(path: str, lineno: int, line: bytes) -> None:
                 "line is not valid UTF-8 (an encoded UTF-16 surrogate)",
             )
     if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
-        at = too_deep(line)
-        if at is not None:
+        deep = too_deep(line)
+        if deep is not None:
             raise BadInput(
                 path,
                 lineno,
-                at + 1,
+                deep + 1,
                 f"JSON nested deeper than the limit {MAX_DEPTH} (docs/limits.md)",
             )
 

@@ -8,10 +8,12 @@ here. Counts are mathematical integers (``z3.Int``), so there is no overflow to 
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import z3
 
-Num = z3.ArithRef
-Cond = z3.BoolRef
+Num: TypeAlias = z3.ArithRef
+Cond: TypeAlias = z3.BoolRef
 
 
 class Z3Arith:

@@ -13,7 +13,7 @@ Each example asserts the contract of issue 11, whatever the input:
 No timing assertion: time is bounded by the examples' count (the Hypothesis profile of
 tests/conftest.py: ``ci`` by default, ``thorough`` for the long tier). The long tier:
 
-    HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest -m fuzz tests/test_fuzz_cli.py
+    HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest -m '' tests/test_fuzz_cli.py
 
 runs these with 3,000 examples each plus the exhaustive byte-level cases (`fuzz` marker).
 """

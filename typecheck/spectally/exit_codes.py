@@ -1,0 +1,1 @@
+../../cli/exit_codes.py
