@@ -183,7 +183,11 @@ def iter_lines(path: str) -> Iterator[tuple[int, bytes, bool]]:
                 has_newline = False
             if lineno == 1 and line.startswith(BOM):
                 line = line[len(BOM) :]
-            check_line(path, lineno, line)
+            # check_line's cheap scans inline (this loop is replay's hot path): the call only
+            # when one of them hits.
+            # (A stray BOM and an encoded surrogate are both non-ASCII; isascii is one fast pass.)
+            if not line.isascii() or line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+                check_line(path, lineno, line)
             yield lineno, line, has_newline
     finally:
         close_stream(stream)
@@ -325,31 +329,35 @@ def strict_raw_decode(
         ) from None
 
 
-# Lines the fast decode (plain json.loads) may have accepted although the strict one would not:
-# a digit run as long as MAX_INT's (a huge integer), NaN/Infinity, an exponent (1e999 is inf).
-SUSPECT = re.compile(rb"\d{19}|NaN|Infinity|[eE][+-]?\d{3}")
-
-
-def key_count(obj: Any) -> int:
-    """Keys of every object nested in ``obj`` (to compare with the ``":`` pairs of its text)."""
-    n = 0
+def needs_strict(line: bytes, obj: Any) -> bool:
+    """Whether ``obj``, decoded from ``line`` by plain json, may hide what `strict_loads` rejects:
+    a duplicate key, an integer beyond MAX_INT, NaN, Infinity or a number beyond a double (both
+    decode to non-finite floats). One walk over the decoded values, no scan of the text but a
+    count: distinct keys <= key:value pairs <= colons in the text, so as many colons as keys
+    means no key repeats. True only means "decode strictly to be sure" (e.g. a colon inside a
+    string)."""
+    keys = 0
     stack = [obj]
     while stack:
         o = stack.pop()
         if type(o) is dict:
-            n += len(o)
-            stack.extend(v for v in o.values() if type(v) is dict or type(v) is list)
+            keys += len(o)
+            values: Any = o.values()
         elif type(o) is list:
-            stack.extend(v for v in o if type(v) is dict or type(v) is list)
-    return n
-
-
-def needs_strict(line: bytes, obj: Any) -> bool:
-    """Whether ``obj``, decoded from ``line`` by plain json, may hide what `strict_loads` rejects:
-    a duplicate key, a huge integer, NaN, Infinity. False is a proof: distinct keys <= key:value
-    pairs <= colons in the text, so as many colons as keys means no key repeats; the rest would
-    match SUSPECT. True only means "decode strictly to be sure" (e.g. a colon in a string)."""
-    return line.count(b":") != key_count(obj) or SUSPECT.search(line) is not None
+            values = o
+        else:
+            values = (o,)
+        for v in values:
+            t = type(v)
+            if t is int:
+                if v > MAX_INT or v < -MAX_INT:
+                    return True
+            elif t is float:
+                if v - v != 0.0:  # nan and +-inf (v - v is nan), finite floats give 0.0
+                    return True
+            elif t is dict or t is list:
+                stack.append(v)
+    return line.count(b":") != keys
 
 
 def strict_loads(path: str, lineno: int, text: str) -> Any:

@@ -428,3 +428,32 @@ def test_request_step_after_its_step_stats_has_one_exit_code(tmp_path: Path) -> 
     path = write(tmp_path, "x.ndjson", lines)
     codes = {run("replay", *extra, str(path)).exit_code for extra in ([], ["--keep-going", "5"])}
     assert codes == {ExitCode.BAD_INPUT}
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("NaN", "NaN is not valid JSON"),
+        ("-Infinity", "-Infinity is not valid JSON"),
+        ("1e999", "number 1e999 is out of range"),
+        (str(2**63), "integer 9223372036854775808 exceeds the limit 2**63 - 1"),
+    ],
+)
+def test_replay_non_finite_and_huge_numbers_in_meta(
+    tmp_path: Path, value: str, reason: str
+) -> None:
+    """Plain json.loads takes these; `source.needs_strict` must send the line to the strict
+    decoder (meta is free-form, so the schema would not notice)."""
+    line = dumps({**ADD, "meta": {"x": "marker"}}).replace('"marker"', value)
+    path = write(tmp_path, "x.ndjson", [dumps(HEADER), line])
+    assert reason in assert_bad(run("replay", str(path)), path, 2)
+
+
+def test_replay_colons_inside_strings_are_not_duplicate_keys(tmp_path: Path) -> None:
+    """More colons than keys only sends a line to the strict decoder, which finds nothing."""
+    lines = [
+        dumps({**json.loads(text), "meta": {"note": "a: b: c"}}) if '"request"' in text else text
+        for text in log_lines()
+    ]
+    path = write(tmp_path, "x.ndjson", lines)
+    assert run("replay", str(path)).exit_code == ExitCode.OK
