@@ -124,7 +124,10 @@ def guarded(run: Callable[[], Any], args: Sequence[str] | None = None) -> int:
         exc.show()
         return ExitCode.BAD_INPUT
     except Exception as exc:
-        report = write_report(exc, args)
+        try:
+            report = write_report(exc, args)
+        except OSError as why:  # no writable temp dir: still one line, never a traceback
+            report = f"(not written: {why})"
         summary = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         click.echo(
             f"spectally: internal error (a bug in spectally, exit {int(ExitCode.INTERNAL_ERROR)}):"
