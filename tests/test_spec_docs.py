@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
 import pytest
 from spectally.reference import invariants, machine
 from spectally.reference.arith import INT_ARITH
-from spectally.reference.step import Mode, StepInputs, admissibility
+from spectally.reference.step import Mode, StepInputs, StepQuery, admissibility
+from spectally.spec import figures, render
 from spectally.spec import vectors as vec_mod
 
 SPEC_DIR = Path(vec_mod.__file__).parent
@@ -103,8 +105,7 @@ def test_decisions_cited_in_spec_exist() -> None:
 
 def test_plain_rule_references_point_to_defined_rules() -> None:
     defined = set(re.findall(r"\*\*\[([A-Z][A-Z0-9-]*)\]", SPEC))
-    body = SPEC[: SPEC.index("<!-- BEGIN GENERATED")]
-    cited = set(re.findall(r"\b((?:INV|THM|REP|ATTR|PIPE|CAP|LX|DP)-\d+|[ARELMF]\d+)\b", body))
+    cited = set(re.findall(r"\b((?:INV|THM|REP|ATTR|PIPE|CAP|LX|DP)-\d+|[ARELMF]\d+)\b", SPEC))
     assert cited <= defined, sorted(cited - defined)
 
 
@@ -116,3 +117,201 @@ def test_proved_by_names_exist_in_the_proofs_registry() -> None:
     named = set(re.findall(r"`((?:step|trace|theorem|metrics|merge|legacy):[^`]+)`", SPEC))
     assert named, "SPEC.md names no proof"
     assert named <= registry, f"SPEC.md names unknown proofs: {sorted(named - registry)}"
+
+
+# -- generated figures, worked example and appendix ------------------------------------------
+
+VECTORS = {v["name"]: v for v in vec_mod.load()["vectors"]}
+APPENDIX = (SPEC_DIR / "APPENDIX.md").read_text(encoding="utf-8")
+REPO = SPEC_DIR.parent
+
+
+def generated(name: str, text: str = SPEC) -> str:
+    """The body of one generated section of SPEC.md."""
+    begin, end = render.BEGIN.format(name), render.END.format(name)
+    assert text.count(begin) == 1 and text.count(end) == 1, name
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+def test_generated_parts_are_fresh() -> None:
+    doc = vec_mod.load()
+    assert render.render_spec(SPEC, doc) == SPEC, "run: python -m spectally.spec.render"
+    assert render.render_appendix(doc) == APPENDIX, "run: python -m spectally.spec.render"
+    assert render.main(["--check"]) == 0
+
+
+def test_drift_is_detected(tmp_path: Path) -> None:
+    """The freshness check is not vacuous: an edited vector or a hand edit makes it fail."""
+    doc = copy.deepcopy(vec_mod.load())
+    row = next(v for v in doc["vectors"] if v["name"] == figures.RFC_ROW_VECTORS[Mode.ASYNC])
+    row["input"]["av_verify"] = 2  # AV verifies 2: the async example and timeline change
+    assert render.render_spec(SPEC, doc) != SPEC
+    assert "verified = 2 known" in generated("timeline-async", render.render_spec(SPEC, doc))
+    spec, appendix = tmp_path / "SPEC.md", tmp_path / "APPENDIX.md"
+    spec.write_text(SPEC.replace("verified = 3 known", "verified = 4 known"), encoding="utf-8")
+    appendix.write_text(APPENDIX, encoding="utf-8")
+    assert render.main(["--check", "--spec", str(spec), "--appendix", str(appendix)]) == 1
+    spec.write_text(SPEC, encoding="utf-8")
+    appendix.write_text(APPENDIX.replace("| 1 |", "| 01 |", 1), encoding="utf-8")
+    assert render.main(["--check", "--spec", str(spec), "--appendix", str(appendix)]) == 1
+
+
+def test_the_scenario_table_and_rule_index_live_in_the_appendix() -> None:
+    assert "| # | vector |" not in SPEC and "## Rule index" not in SPEC
+    for name in VECTORS:
+        assert f"| `{name}` |" in APPENDIX, name
+    for rule in vec_mod.rules_pinned(vec_mod.load()):
+        assert f"- **{rule}**: " in APPENDIX, rule
+
+
+def _arrow_order(rule: str) -> list[str]:
+    """The stage list of PIPE-1/PIPE-2 as the normative sentence writes it."""
+    text = SPEC[SPEC.index(f"**[{rule}]**") :]
+    line = re.search(r"^(propose → .*)\.$", text, re.MULTILINE)
+    assert line, rule
+    return line.group(1).split(" → ")
+
+
+@pytest.mark.parametrize(("mode", "rule"), [(Mode.SYNC, "PIPE-1"), (Mode.ASYNC, "PIPE-2")])
+def test_pipeline_diagram_is_the_reference_order_and_the_rule(mode: Mode, rule: str) -> None:
+    order = figures.stage_order(mode)
+    assert _arrow_order(rule) == order
+    diagram = generated("pipeline")
+    lane = diagram[diagram.index(f"({rule})") :].split("    end", 1)[0]
+    labels = re.findall(r'\["([^"]+)"\]', lane)
+    assert [label.split(":")[0] for label in labels] == order
+
+
+def test_stage_order_follows_the_reference() -> None:
+    """Reordering a stage in the reference would reorder the diagram (a mutant, by hand)."""
+    assert figures.stage_order(Mode.SYNC).index("grammar") < figures.stage_order(Mode.SYNC).index(
+        "target forward pass"
+    )
+    assert figures.stage_order(Mode.ASYNC).index("grammar") > figures.stage_order(Mode.ASYNC).index(
+        "target forward pass"
+    )
+
+
+def _applied_line(section: str) -> dict[str, int]:
+    body = generated(section)
+    m = re.search(
+        r"drafted (\d+), verified (\d+), accepted (\d+), spec steps (\d+)\*\*, padding (\d+); "
+        r"fates (.*?)\. vLLM 0\.32\.0 and 0\.33\.0 report drafted (\d+), accepted (\d+), "
+        r"steps (\d+)",
+        body,
+    )
+    assert m, section
+    fates = dict.fromkeys(vec_mod.FATES, 0)
+    for part in m.group(6).split(", "):
+        name, count = part.rsplit(" ", 1)
+        fates[name] = int(count)
+    keys = ("drafted", "verified", "accepted", "spec_steps", "padding")
+    out = {k: int(m.group(i + 1)) for i, k in enumerate(keys)}
+    out |= {f"fate:{k}": v for k, v in fates.items()}
+    out |= {"legacy:" + k: int(m.group(7 + i)) for i, k in enumerate(("d", "a", "s"))}
+    return out
+
+
+def _table_fates(section: str) -> list[str]:
+    """Each draft's fate as the worked example's table shows it (the stage that cut it)."""
+    rows = [r for r in generated(section).splitlines() if re.match(r"^\| [a-zA-Z ]+ \| ", r)]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows[1:]]  # skip the header
+    n = len(cells[0]) - 4
+    fates = ["accepted"] * n
+    for row in cells:
+        for i, mark in enumerate(row[1 : 1 + n]):
+            if mark not in ("kept", ""):
+                fates[i] = mark.strip("`")
+    return fates
+
+
+@pytest.mark.parametrize("mode", [Mode.SYNC, Mode.ASYNC])
+def test_worked_example_matches_the_vectors_that_pin_the_rfc_row(mode: Mode) -> None:
+    """The narrative's numbers against the hand-written expectations of the vectors it names."""
+    name = figures.RFC_ROW_VECTORS[mode]
+    section = f"example-{mode.value}"
+    assert f"`{name}`" in generated(section)
+    vector = VECTORS[name]
+    assert vector["input"]["mode"] == mode.value
+    rfc, legacy = vector["expect"]["rfc"], vector["expect"]["vllm-legacy"]
+    shown = _applied_line(section)
+    for key in ("drafted", "verified", "accepted", "spec_steps", "padding"):
+        assert shown[key] == rfc[key], key
+    for fate, count in rfc["fates"].items():
+        assert shown[f"fate:{fate}"] == count, fate
+    assert (shown["legacy:d"], shown["legacy:a"], shown["legacy:s"]) == (
+        legacy["drafted"],
+        legacy["accepted"],
+        legacy["spec_steps"],
+    )
+    assert _table_fates(section) == vector["expect"]["token_fates"]
+    # The same numbers through the user-facing API (`spectally step`'s StepQuery).
+    query, _ = vec_mod.step_query(vector["input"])
+    assert query == StepQuery(Mode(mode), proposed=4, accepted=1, grammar_valid=2, av_verify=3)
+
+
+def test_async_example_is_the_rfc_row_and_the_trace_agrees() -> None:
+    """The RFC's own numbers (drafted 4, verified 3, accepted 1, vLLM today 2) and the trace."""
+    shown = _applied_line("example-async")
+    assert (shown["drafted"], shown["verified"], shown["accepted"], shown["legacy:d"]) == (
+        4,
+        3,
+        1,
+        2,
+    )
+    totals = VECTORS[figures.RFC_ROW_TRACE]["expect"]["totals"]
+    for key in ("drafted", "verified", "accepted", "spec_steps"):
+        assert totals["rfc"][key] == shown[key], key
+
+
+@pytest.mark.parametrize("mode", [Mode.SYNC, Mode.ASYNC])
+def test_timelines_show_the_vector_counts(mode: Mode) -> None:
+    rfc = VECTORS[figures.RFC_ROW_VECTORS[mode]]["expect"]["rfc"]
+    body = generated(f"timeline-{mode.value}")
+    assert f"+{rfc['drafted']} / +{rfc['verified']} / +{rfc['accepted']}" in body
+    assert f"spec step +{rfc['spec_steps']}" in body
+    assert f"verified = {rfc['verified']} known" in body
+    assert f"drafted = {rfc['drafted']} known" in body
+
+
+def test_mermaid_blocks_keep_to_the_simple_syntax() -> None:
+    """No tokens that break GitHub's renderer: a ';' ends a sequence-diagram statement, and
+    'end' / 'async' are keywords, so they must not be node ids."""
+    blocks = re.findall(r"```mermaid\n(.*?)```", SPEC, re.DOTALL)
+    assert len(blocks) == 3
+    for block in blocks:
+        first = block.splitlines()[0]
+        assert first in ("flowchart LR", "sequenceDiagram"), first
+        assert ";" not in block
+        if first == "sequenceDiagram":
+            declared = set(re.findall(r"^    participant (\w+) as ", block, re.MULTILINE))
+            used = set(re.findall(r"^    (\w+)->>(\w+):", block, re.MULTILINE))
+            assert declared == {"S", "W"} and {p for pair in used for p in pair} <= declared
+            notes = re.findall(r"^    Note over ([\w,]+):", block, re.MULTILINE)
+            assert notes and all(set(n.split(",")) <= declared for n in notes)
+        else:
+            ids = re.findall(r"^\s+(\w+)[\[(]", block, re.MULTILINE)
+            assert ids and not {"end", "async", "sync"} & set(ids)
+
+
+# -- the repository is self-contained ---------------------------------------------------------
+
+OUTSIDE = re.compile(r"/work/|\.\./shared|shared/reference|vllm-0\.3[23]-(?:counting|changes)\.md")
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    if not (REPO / "pyproject.toml").exists():
+        pytest.skip("not a source checkout")
+    offenders = []
+    skip = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache"}
+    for path in REPO.rglob("*"):
+        if set(path.relative_to(REPO).parts) & skip or not path.is_file():
+            continue
+        if path.suffix not in {".md", ".py", ".json", ".toml", ".sh", ".txt", ".cfg", ".yaml"}:
+            continue
+        if path == Path(__file__):
+            continue  # this file names the patterns it looks for
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if OUTSIDE.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:80]}")
+    assert not offenders, "\n".join(offenders)
