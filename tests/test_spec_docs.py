@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -315,3 +318,73 @@ def test_no_file_points_outside_the_repository() -> None:
             if OUTSIDE.search(line):
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:80]}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_mermaid_parser_accepts_every_diagram() -> None:
+    """Optional: Mermaid's own parser (SPECTALLY_MERMAID_DIR = an npm prefix holding mermaid
+    and jsdom; see scripts/check_mermaid.mjs). Skipped when either is missing."""
+    mermaid_dir = os.environ.get("SPECTALLY_MERMAID_DIR")
+    node = shutil.which("node")
+    if not mermaid_dir or not node:
+        pytest.skip("set SPECTALLY_MERMAID_DIR (npm install --prefix DIR mermaid jsdom)")
+    script = (REPO / "scripts" / "check_mermaid.mjs").read_text(encoding="utf-8")
+    for path in (SPEC_DIR / "SPEC.md", REPO / "docs" / "implementing-in-vllm.md"):
+        if "```mermaid" not in path.read_text(encoding="utf-8"):
+            continue
+        run = subprocess.run(
+            [node, "--input-type=module", "-", str(path)],
+            input=script,
+            cwd=mermaid_dir,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert " 0 bad" in run.stdout, run.stdout
+
+
+# -- docs/implementing-in-vllm.md agrees with the reference's surfaces ------------------------
+
+IMPLEMENTING = REPO / "docs" / "implementing-in-vllm.md"
+
+
+def _implementing() -> str:
+    if not IMPLEMENTING.exists():
+        pytest.skip("docs/ is not part of an installed package; run from a source checkout")
+    return IMPLEMENTING.read_text(encoding="utf-8")
+
+
+def test_implementing_guide_names_every_prometheus_counter() -> None:
+    text = _implementing()
+    section = text[text.index("## 4. Prometheus names") : text.index("## 5. The log line")]
+    documented = {
+        f"{n}_total" for n in re.findall(r"^\| `(vllm:spec_decode_[a-z_]+)", section, re.M)
+    }
+    rendered = set(vec_mod.PROMETHEUS_COUNTERS) | set(vec_mod.PROMETHEUS_LABELLED)
+    assert documented == rendered
+    assert "vllm:spec_decode_num_verified_tokens" in SPEC[SPEC.index("## 12.") :]
+
+
+def test_implementing_guide_log_line_is_what_the_reference_prints() -> None:
+    example = re.search(r"```\n(Engine 0: SpecDecoding metrics: .*)\n```", _implementing())
+    assert example
+    trace = next(v for v in vec_mod.load()["vectors"] if v["name"] == "trace-rfc-row")
+    assert vec_mod.run_vector(trace).actual["surfaces"]["log_line"] == example.group(1)
+
+
+def test_implementing_guide_new_payload_fields_exist() -> None:
+    section = _implementing().split("## 6. Per-request metrics", 1)[1].split("## 7.", 1)[0]
+    trace = next(v for v in vec_mod.load()["vectors"] if v["name"] == "trace-rfc-row")
+    payload = vec_mod.run_vector(trace).actual["surfaces"]["request_payload"]["r1"]
+    named = set(re.findall(r"`([a-z_]+)`", section)) - {"summary", "detailed", "null"}
+    named -= {"per_step_verified", "spec_decode_metrics", "speculative_decoding"}
+    assert named and named <= set(payload), sorted(named - set(payload))
+
+
+def test_spec_and_guide_name_the_same_new_worker_fields() -> None:
+    sketch = (REPO / "docs" / "vllm-0.33-patch-sketch.md").read_text(encoding="utf-8")
+    for name in ("num_verified_draft_tokens", "num_proposed_draft_tokens"):
+        assert f"{name}: dict[str, int] | None = None" in sketch, name
+        assert f"ModelRunnerOutput.{name}" in _implementing(), name
+    assert "ModelRunnerOutput" in SPEC[SPEC.index("## 12.") :]
