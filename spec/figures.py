@@ -101,7 +101,7 @@ class StageRow:
     stage: str
     kept: int
     marks: tuple[str, ...]  # per draft: "kept", a fate name (cut here), or "" (cut earlier)
-    known: str
+    known: tuple[str, ...]  # drafted, verified, accepted once determined, else "—"
 
 
 def rfc_row_inputs(doc: dict[str, Any], mode: Mode) -> StepInputs[int, bool]:
@@ -126,14 +126,17 @@ def walk(mode: Mode, x: StepInputs[int, bool]) -> list[StageRow]:
         "target forward pass": p.verified,
         "accept": x.accepted,
     }
-    known = {
-        "propose": f"drafted = {counts.drafted}",
-        "target forward pass": f"verified = {counts.verified}",
-        "accept": f"accepted = {counts.accepted}",
+    # The stage after which each count of the block is determined (and by then known).
+    known_from = {
+        "drafted": ("propose", counts.drafted),
+        "verified": ("target forward pass", counts.verified),
+        "accepted": ("accept", counts.accepted),
     }
     rows: list[StageRow] = []
     alive = x.proposed
+    seen: set[str] = set()
     for stage in stage_order(mode):
+        seen.add(stage)
         kept = kept_after[stage]
         marks = []
         for i in range(x.proposed):
@@ -143,7 +146,8 @@ def walk(mode: Mode, x: StepInputs[int, bool]) -> list[StageRow]:
                 marks.append(fates[i])  # cut by this very stage: its fate
             else:
                 marks.append("")
-        rows.append(StageRow(stage, kept, tuple(marks), known.get(stage, "")))
+        known = tuple(str(value) if at in seen else "—" for at, value in known_from.values())
+        rows.append(StageRow(stage, kept, tuple(marks), known))
         alive = kept
     return rows
 
@@ -179,16 +183,16 @@ def worked_example(doc: dict[str, Any], mode: Mode) -> str:
         f"Vector `{RFC_ROW_VECTORS[mode]}`: {mode.value}, N = {x.proposed}, "
         f"G = {x.grammar_valid}, V = {x.av_cap}, A = {x.accepted}. "
         "`kept`: the draft is still in the block; a fate name: this stage cut it; empty: an "
-        "earlier stage did.",
+        "earlier stage did. drafted / verified / accepted: the block's counts once the stage "
+        "that determines them has run (— before).",
         "",
-        f"| stage | {heads} | kept | counts known after it | which process knows |",
-        "|---|" + "---|" * x.proposed + "---|---|---|",
+        f"| stage | {heads} | kept | drafted | verified | accepted | which process knows |",
+        "|---|" + "---|" * x.proposed + "---|---|---|---|---|",
     ]
     for row in rows:
         marks = " | ".join(m if m in ("kept", "") else f"`{m}`" for m in row.marks)
-        lines.append(
-            f"| {row.stage} | {marks} | {row.kept} | {row.known} | {_WHO[mode][row.stage]} |"
-        )
+        known = " | ".join(row.known)
+        lines.append(f"| {row.stage} | {marks} | {row.kept} | {known} | {_WHO[mode][row.stage]} |")
     f = rfc.fates.as_dict()
     fate_text = ", ".join(f"{name} {n}" for name, n in f.items() if n)
     lines += [
