@@ -29,7 +29,8 @@ STEP_VECTORS = [v for v in DOC["vectors"] if v["kind"] == "step" and "error" not
 def sketch_source() -> str:
     if not SKETCH.exists():
         pytest.skip("docs/ is not part of an installed package; run from a source checkout")
-    blocks = re.findall(r"```python\n(.*?)```", SKETCH.read_text(encoding="utf-8"), re.DOTALL)
+    text = SKETCH.read_text(encoding="utf-8")
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
     counting = [b for b in blocks if "def count_spec_block" in b]
     assert len(counting) == 1, "the sketch must hold exactly one counting block"
     return counting[0]
