@@ -401,3 +401,17 @@ def test_spec_and_guide_name_the_same_new_worker_fields() -> None:
         assert f"{name}: dict[str, int] | None = None" in sketch, name
         assert f"ModelRunnerOutput.{name}" in _implementing(), name
     assert "ModelRunnerOutput" in SPEC[SPEC.index("## 12.") :]
+
+
+def test_the_summary_at_the_top_states_the_vectors_numbers() -> None:
+    brief = SPEC[SPEC.index("**In brief.**") : SPEC.index("**Ten-minute review.**")]
+    brief = " ".join(brief.split())
+    for mode in (Mode.ASYNC, Mode.SYNC):
+        rfc = VECTORS[figures.RFC_ROW_VECTORS[mode]]["expect"]["rfc"]
+        claim = (
+            f"drafted {rfc['drafted']}, verified {rfc['verified']}, accepted {rfc['accepted']}"
+            f" under {mode.value}"
+        )
+        assert claim in brief, claim
+        assert rfc["spec_steps"] == 1  # "both count one spec step"
+    assert "both count one spec step" in brief
