@@ -1,23 +1,48 @@
-"""Render SPEC.md's scenario table from vectors.json (the table is generated, never edited).
+"""Render the generated parts of the specification (never edited by hand).
 
-    python -m spectally.spec.render          # rewrite the generated section of SPEC.md
-    python -m spectally.spec.render --check  # exit 1 if SPEC.md differs from a fresh render
+    python -m spectally.spec.render          # rewrite SPEC.md's generated sections and APPENDIX.md
+    python -m spectally.spec.render --check  # exit 1 if either differs from a fresh render
 
-Only the text between the BEGIN/END GENERATED markers is replaced.
+SPEC.md: only the text between each ``<!-- BEGIN GENERATED: name -->`` / ``<!-- END GENERATED:
+name -->`` pair is replaced (the stage-pipeline and timeline diagrams and the worked example,
+from `figures.py`). APPENDIX.md is generated whole: the scenario table of every vector and the
+rule index, from vectors.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spectally.reference.step import Mode
+from spectally.spec import figures
 from spectally.spec.vectors import load, rules_pinned
 
 SPEC_PATH = Path(__file__).with_name("SPEC.md")
-BEGIN = "<!-- BEGIN GENERATED: scenarios -->"
-END = "<!-- END GENERATED: scenarios -->"
+APPENDIX_PATH = Path(__file__).with_name("APPENDIX.md")
+BEGIN = "<!-- BEGIN GENERATED: {} -->"
+END = "<!-- END GENERATED: {} -->"
+
+# SPEC.md's generated sections, in document order: name -> renderer.
+SECTIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "pipeline": lambda doc: figures.pipeline_mermaid(),
+    "timeline-sync": lambda doc: figures.timeline_mermaid(doc, Mode.SYNC),
+    "timeline-async": lambda doc: figures.timeline_mermaid(doc, Mode.ASYNC),
+    "example-sync": lambda doc: figures.worked_example(doc, Mode.SYNC),
+    "example-async": lambda doc: figures.worked_example(doc, Mode.ASYNC),
+}
+
+APPENDIX_HEAD = """# Appendix: conformance vectors and rule index (generated)
+
+Generated from `spec/vectors.json` by `python -m spectally.spec.render`; do not edit (a test
+fails when it is stale). The vector format and how to run the vectors against another
+implementation are in [SPEC.md section 11](SPEC.md#11-conformance-vectors); the rules are
+defined in [SPEC.md](SPEC.md), the decisions in [DECISIONS.md](DECISIONS.md).
+
+"""
 
 
 def _step_inputs(inp: dict[str, Any]) -> str:
@@ -72,7 +97,9 @@ def _row(i: int, vec: dict[str, Any]) -> str:
 def render_table(doc: dict[str, Any]) -> str:
     """The generated section's body (without the markers)."""
     lines = [
-        f"{len(doc['vectors'])} vectors in `spec/vectors.json`. Counts: rfc drafted / verified /"
+        "## Scenarios",
+        "",
+        f"{len(doc['vectors'])} vectors. Counts: rfc drafted / verified /"
         " accepted / spec steps; vllm-legacy drafted / accepted / spec steps (trace vectors:"
         " engine totals).",
         "",
@@ -80,7 +107,7 @@ def render_table(doc: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     lines.extend(_row(i, vec) for i, vec in enumerate(doc["vectors"], start=1))
-    lines += ["", "Rule index (rule: the vectors that pin it):", ""]
+    lines += ["", "## Rule index", "", "Each rule and decision, with the vectors that pin it.", ""]
     for rule, names in sorted(rules_pinned(doc).items(), key=lambda kv: _rule_key(kv[0])):
         lines.append(f"- **{rule}**: " + ", ".join(f"`{n}`" for n in names))
     return "\n".join(lines)
@@ -96,33 +123,49 @@ def _rule_key(rule: str) -> tuple[int, str, int]:
     return rank, prefix if prefix in order else rule, int(digits) if digits else 0
 
 
+def render_appendix(doc: dict[str, Any]) -> str:
+    """The whole of APPENDIX.md."""
+    return APPENDIX_HEAD + render_table(doc) + "\n"
+
+
 def render_spec(spec_text: str, doc: dict[str, Any]) -> str:
-    """``spec_text`` with its generated section replaced by a fresh render."""
-    try:
-        head, rest = spec_text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-    except ValueError as exc:
-        raise ValueError(f"SPEC.md must contain {BEGIN} ... {END} exactly once") from exc
-    return f"{head}{BEGIN}\n{render_table(doc)}\n{END}{tail}"
+    """``spec_text`` with every generated section replaced by a fresh render."""
+    out = spec_text
+    for name, renderer in SECTIONS.items():
+        begin, end = BEGIN.format(name), END.format(name)
+        if out.count(begin) != 1 or out.count(end) != 1:
+            raise ValueError(f"SPEC.md must contain {begin} ... {end} exactly once")
+        head, rest = out.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        out = f"{head}{begin}\n{renderer(doc)}\n{end}{tail}"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if SPEC.md is stale")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if anything is stale")
     parser.add_argument("--spec", type=Path, default=SPEC_PATH)
+    parser.add_argument("--appendix", type=Path, default=APPENDIX_PATH)
     parser.add_argument("--vectors", type=Path, default=None)
     args = parser.parse_args(argv)
-    text = args.spec.read_text(encoding="utf-8")
-    fresh = render_spec(text, load(args.vectors))
-    if args.check:
-        if fresh != text:
-            print(f"{args.spec}: scenario table is stale; run python -m spectally.spec.render")
-            return 1
-        return 0
-    if fresh != text:
-        args.spec.write_text(fresh, encoding="utf-8")
-        print(f"{args.spec}: scenario table rewritten")
-    return 0
+    doc = load(args.vectors)
+    spec_text = args.spec.read_text(encoding="utf-8")
+    old_appendix = args.appendix.read_text(encoding="utf-8") if args.appendix.exists() else ""
+    outputs = (
+        (args.spec, spec_text, render_spec(spec_text, doc)),
+        (args.appendix, old_appendix, render_appendix(doc)),
+    )
+    stale = 0
+    for path, old, fresh in outputs:
+        if fresh == old:
+            continue
+        if args.check:
+            print(f"{path}: generated text is stale; run python -m spectally.spec.render")
+            stale = 1
+        else:
+            path.write_text(fresh, encoding="utf-8")
+            print(f"{path}: rewritten")
+    return stale
 
 
 if __name__ == "__main__":

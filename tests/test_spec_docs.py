@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from spectally.reference import invariants, machine
 from spectally.reference.arith import INT_ARITH
-from spectally.reference.step import Mode, StepInputs, admissibility
+from spectally.reference.step import Mode, StepInputs, StepQuery, admissibility
+from spectally.spec import figures, render
 from spectally.spec import vectors as vec_mod
 
 SPEC_DIR = Path(vec_mod.__file__).parent
@@ -103,8 +108,7 @@ def test_decisions_cited_in_spec_exist() -> None:
 
 def test_plain_rule_references_point_to_defined_rules() -> None:
     defined = set(re.findall(r"\*\*\[([A-Z][A-Z0-9-]*)\]", SPEC))
-    body = SPEC[: SPEC.index("<!-- BEGIN GENERATED")]
-    cited = set(re.findall(r"\b((?:INV|THM|REP|ATTR|PIPE|CAP|LX|DP)-\d+|[ARELMF]\d+)\b", body))
+    cited = set(re.findall(r"\b((?:INV|THM|REP|ATTR|PIPE|CAP|LX|DP)-\d+|[ARELMF]\d+)\b", SPEC))
     assert cited <= defined, sorted(cited - defined)
 
 
@@ -116,3 +120,298 @@ def test_proved_by_names_exist_in_the_proofs_registry() -> None:
     named = set(re.findall(r"`((?:step|trace|theorem|metrics|merge|legacy):[^`]+)`", SPEC))
     assert named, "SPEC.md names no proof"
     assert named <= registry, f"SPEC.md names unknown proofs: {sorted(named - registry)}"
+
+
+# -- generated figures, worked example and appendix ------------------------------------------
+
+VECTORS = {v["name"]: v for v in vec_mod.load()["vectors"]}
+APPENDIX = (SPEC_DIR / "APPENDIX.md").read_text(encoding="utf-8")
+REPO = SPEC_DIR.parent
+
+
+def generated(name: str, text: str = SPEC) -> str:
+    """The body of one generated section of SPEC.md."""
+    begin, end = render.BEGIN.format(name), render.END.format(name)
+    assert text.count(begin) == 1 and text.count(end) == 1, name
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+def test_generated_parts_are_fresh() -> None:
+    doc = vec_mod.load()
+    assert render.render_spec(SPEC, doc) == SPEC, "run: python -m spectally.spec.render"
+    assert render.render_appendix(doc) == APPENDIX, "run: python -m spectally.spec.render"
+    assert render.main(["--check"]) == 0
+
+
+def test_drift_is_detected(tmp_path: Path) -> None:
+    """The freshness check is not vacuous: an edited vector or a hand edit makes it fail."""
+    doc = copy.deepcopy(vec_mod.load())
+    row = next(v for v in doc["vectors"] if v["name"] == figures.RFC_ROW_VECTORS[Mode.ASYNC])
+    row["input"]["av_verify"] = 2  # AV verifies 2: the async example and timeline change
+    assert render.render_spec(SPEC, doc) != SPEC
+    assert "verified = 2 known" in generated("timeline-async", render.render_spec(SPEC, doc))
+    spec, appendix = tmp_path / "SPEC.md", tmp_path / "APPENDIX.md"
+    spec.write_text(SPEC.replace("verified = 3 known", "verified = 4 known"), encoding="utf-8")
+    appendix.write_text(APPENDIX, encoding="utf-8")
+    assert render.main(["--check", "--spec", str(spec), "--appendix", str(appendix)]) == 1
+    spec.write_text(SPEC, encoding="utf-8")
+    appendix.write_text(APPENDIX.replace("| 1 |", "| 01 |", 1), encoding="utf-8")
+    assert render.main(["--check", "--spec", str(spec), "--appendix", str(appendix)]) == 1
+
+
+def test_the_scenario_table_and_rule_index_live_in_the_appendix() -> None:
+    assert "| # | vector |" not in SPEC and "## Rule index" not in SPEC
+    for name in VECTORS:
+        assert f"| `{name}` |" in APPENDIX, name
+    for rule in vec_mod.rules_pinned(vec_mod.load()):
+        assert f"- **{rule}**: " in APPENDIX, rule
+
+
+def _arrow_order(rule: str) -> list[str]:
+    """The stage list of PIPE-1/PIPE-2 as the normative sentence writes it."""
+    text = SPEC[SPEC.index(f"**[{rule}]**") :]
+    line = re.search(r"^(propose → .*)\.$", text, re.MULTILINE)
+    assert line, rule
+    return line.group(1).split(" → ")
+
+
+@pytest.mark.parametrize(("mode", "rule"), [(Mode.SYNC, "PIPE-1"), (Mode.ASYNC, "PIPE-2")])
+def test_pipeline_diagram_is_the_reference_order_and_the_rule(mode: Mode, rule: str) -> None:
+    order = figures.stage_order(mode)
+    assert _arrow_order(rule) == order
+    diagram = generated("pipeline")
+    lane = diagram[diagram.index(f"({rule})") :].split("    end", 1)[0]
+    labels = re.findall(r'\["([^"]+)"\]', lane)
+    assert [label.split(":")[0] for label in labels] == order
+
+
+def test_stage_order_follows_the_reference() -> None:
+    """Reordering a stage in the reference would reorder the diagram (a mutant, by hand)."""
+    assert figures.stage_order(Mode.SYNC).index("grammar") < figures.stage_order(Mode.SYNC).index(
+        "target forward pass"
+    )
+    assert figures.stage_order(Mode.ASYNC).index("grammar") > figures.stage_order(Mode.ASYNC).index(
+        "target forward pass"
+    )
+
+
+def _applied_line(section: str) -> dict[str, int]:
+    body = generated(section)
+    m = re.search(
+        r"drafted (\d+), verified (\d+), accepted (\d+), spec steps (\d+)\*\*, padding (\d+); "
+        r"fates (.*?)\. vLLM 0\.32\.0 and 0\.33\.0 report drafted (\d+), accepted (\d+), "
+        r"steps (\d+)",
+        body,
+    )
+    assert m, section
+    fates = dict.fromkeys(vec_mod.FATES, 0)
+    for part in m.group(6).split(", "):
+        name, count = part.rsplit(" ", 1)
+        fates[name] = int(count)
+    keys = ("drafted", "verified", "accepted", "spec_steps", "padding")
+    out = {k: int(m.group(i + 1)) for i, k in enumerate(keys)}
+    out |= {f"fate:{k}": v for k, v in fates.items()}
+    out |= {"legacy:" + k: int(m.group(7 + i)) for i, k in enumerate(("d", "a", "s"))}
+    return out
+
+
+def _table(section: str) -> list[dict[str, str]]:
+    """The worked example's table as rows of {column: cell}."""
+    rows = [r for r in generated(section).splitlines() if r.startswith("| ")]
+    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
+    header = cells[0]
+    return [dict(zip(header, row, strict=True)) for row in cells[1:] if not set(row[0]) <= {"-"}]
+
+
+def _table_fates(section: str) -> list[str]:
+    """Each draft's fate as the worked example's table shows it (the stage that cut it)."""
+    table = _table(section)
+    drafts = [c for c in table[0] if re.fullmatch(r"d\d+", c)]
+    fates = ["accepted"] * len(drafts)
+    for row in table:
+        for i, column in enumerate(drafts):
+            if row[column] not in ("kept", ""):
+                fates[i] = row[column].strip("`")
+    return fates
+
+
+@pytest.mark.parametrize("mode", [Mode.SYNC, Mode.ASYNC])
+def test_worked_example_matches_the_vectors_that_pin_the_rfc_row(mode: Mode) -> None:
+    """The narrative's numbers against the hand-written expectations of the vectors it names."""
+    name = figures.RFC_ROW_VECTORS[mode]
+    section = f"example-{mode.value}"
+    assert f"`{name}`" in generated(section)
+    vector = VECTORS[name]
+    assert vector["input"]["mode"] == mode.value
+    rfc, legacy = vector["expect"]["rfc"], vector["expect"]["vllm-legacy"]
+    shown = _applied_line(section)
+    for key in ("drafted", "verified", "accepted", "spec_steps", "padding"):
+        assert shown[key] == rfc[key], key
+    for fate, count in rfc["fates"].items():
+        assert shown[f"fate:{fate}"] == count, fate
+    assert (shown["legacy:d"], shown["legacy:a"], shown["legacy:s"]) == (
+        legacy["drafted"],
+        legacy["accepted"],
+        legacy["spec_steps"],
+    )
+    assert _table_fates(section) == vector["expect"]["token_fates"]
+    last = _table(section)[-1]  # after the accept stage every count is known
+    assert [last[c] for c in ("drafted", "verified", "accepted")] == [
+        str(rfc["drafted"]),
+        str(rfc["verified"]),
+        str(rfc["accepted"]),
+    ]
+    # The same numbers through the user-facing API (`spectally step`'s StepQuery).
+    query, _ = vec_mod.step_query(vector["input"])
+    assert query == StepQuery(Mode(mode), proposed=4, accepted=1, grammar_valid=2, av_verify=3)
+
+
+def test_async_example_is_the_rfc_row_and_the_trace_agrees() -> None:
+    """The RFC's own numbers (drafted 4, verified 3, accepted 1, vLLM today 2) and the trace."""
+    shown = _applied_line("example-async")
+    assert (shown["drafted"], shown["verified"], shown["accepted"], shown["legacy:d"]) == (
+        4,
+        3,
+        1,
+        2,
+    )
+    totals = VECTORS[figures.RFC_ROW_TRACE]["expect"]["totals"]
+    for key in ("drafted", "verified", "accepted", "spec_steps"):
+        assert totals["rfc"][key] == shown[key], key
+
+
+@pytest.mark.parametrize("mode", [Mode.SYNC, Mode.ASYNC])
+def test_timelines_show_the_vector_counts(mode: Mode) -> None:
+    rfc = VECTORS[figures.RFC_ROW_VECTORS[mode]]["expect"]["rfc"]
+    body = generated(f"timeline-{mode.value}")
+    assert f"+{rfc['drafted']} / +{rfc['verified']} / +{rfc['accepted']}" in body
+    assert f"spec step +{rfc['spec_steps']}" in body
+    assert f"verified = {rfc['verified']} known" in body
+    assert f"drafted = {rfc['drafted']} known" in body
+
+
+def test_mermaid_blocks_keep_to_the_simple_syntax() -> None:
+    """No tokens that break GitHub's renderer: a ';' ends a sequence-diagram statement, and
+    'end' / 'async' are keywords, so they must not be node ids."""
+    blocks = re.findall(r"```mermaid\n(.*?)```", SPEC, re.DOTALL)
+    assert len(blocks) == 3
+    for block in blocks:
+        first = block.splitlines()[0]
+        assert first in ("flowchart LR", "sequenceDiagram"), first
+        assert ";" not in block
+        if first == "sequenceDiagram":
+            declared = set(re.findall(r"^    participant (\w+) as ", block, re.MULTILINE))
+            used = set(re.findall(r"^    (\w+)->>(\w+):", block, re.MULTILINE))
+            assert declared == {"S", "W"} and {p for pair in used for p in pair} <= declared
+            notes = re.findall(r"^    Note over ([\w,]+):", block, re.MULTILINE)
+            assert notes and all(set(n.split(",")) <= declared for n in notes)
+        else:
+            ids = re.findall(r"^\s+(\w+)[\[(]", block, re.MULTILINE)
+            assert ids and not {"end", "async", "sync"} & set(ids)
+
+
+# -- the repository is self-contained ---------------------------------------------------------
+
+OUTSIDE = re.compile(r"/work/|\.\./shared|shared/reference|vllm-0\.3[23]-(?:counting|changes)\.md")
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    if not (REPO / "pyproject.toml").exists():
+        pytest.skip("not a source checkout")
+    offenders = []
+    skip = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".pytest_cache"}
+    for path in REPO.rglob("*"):
+        if set(path.relative_to(REPO).parts) & skip or not path.is_file():
+            continue
+        if path.suffix not in {".md", ".py", ".json", ".toml", ".sh", ".txt", ".cfg", ".yaml"}:
+            continue
+        if path == Path(__file__):
+            continue  # this file names the patterns it looks for
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if OUTSIDE.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:80]}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_mermaid_parser_accepts_every_diagram() -> None:
+    """Optional: Mermaid's own parser (SPECTALLY_MERMAID_DIR = an npm prefix holding mermaid
+    and jsdom; see scripts/check_mermaid.mjs). Skipped when either is missing."""
+    mermaid_dir = os.environ.get("SPECTALLY_MERMAID_DIR")
+    node = shutil.which("node")
+    if not mermaid_dir or not node:
+        pytest.skip("set SPECTALLY_MERMAID_DIR (npm install --prefix DIR mermaid jsdom)")
+    script = (REPO / "scripts" / "check_mermaid.mjs").read_text(encoding="utf-8")
+    for path in (SPEC_DIR / "SPEC.md", REPO / "docs" / "implementing-in-vllm.md"):
+        if "```mermaid" not in path.read_text(encoding="utf-8"):
+            continue
+        run = subprocess.run(
+            [node, "--input-type=module", "-", str(path)],
+            input=script,
+            cwd=mermaid_dir,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert " 0 bad" in run.stdout, run.stdout
+
+
+# -- docs/implementing-in-vllm.md agrees with the reference's surfaces ------------------------
+
+IMPLEMENTING = REPO / "docs" / "implementing-in-vllm.md"
+
+
+def _implementing() -> str:
+    if not IMPLEMENTING.exists():
+        pytest.skip("docs/ is not part of an installed package; run from a source checkout")
+    return IMPLEMENTING.read_text(encoding="utf-8")
+
+
+def test_implementing_guide_names_every_prometheus_counter() -> None:
+    text = _implementing()
+    section = text[text.index("## 4. Prometheus names") : text.index("## 5. The log line")]
+    documented = {
+        f"{n}_total" for n in re.findall(r"^\| `(vllm:spec_decode_[a-z_]+)", section, re.M)
+    }
+    rendered = set(vec_mod.PROMETHEUS_COUNTERS) | set(vec_mod.PROMETHEUS_LABELLED)
+    assert documented == rendered
+    assert "vllm:spec_decode_num_verified_tokens" in SPEC[SPEC.index("## 12.") :]
+
+
+def test_implementing_guide_log_line_is_what_the_reference_prints() -> None:
+    example = re.search(r"```\n(Engine 0: SpecDecoding metrics: .*)\n```", _implementing())
+    assert example
+    trace = next(v for v in vec_mod.load()["vectors"] if v["name"] == "trace-rfc-row")
+    assert vec_mod.run_vector(trace).actual["surfaces"]["log_line"] == example.group(1)
+
+
+def test_implementing_guide_new_payload_fields_exist() -> None:
+    section = _implementing().split("## 6. Per-request metrics", 1)[1].split("## 7.", 1)[0]
+    trace = next(v for v in vec_mod.load()["vectors"] if v["name"] == "trace-rfc-row")
+    payload = vec_mod.run_vector(trace).actual["surfaces"]["request_payload"]["r1"]
+    named = set(re.findall(r"`([a-z_]+)`", section)) - {"summary", "detailed", "null"}
+    named -= {"per_step_verified", "spec_decode_metrics", "speculative_decoding"}
+    assert named and named <= set(payload), sorted(named - set(payload))
+
+
+def test_spec_and_guide_name_the_same_new_worker_fields() -> None:
+    sketch = (REPO / "docs" / "vllm-0.33-patch-sketch.md").read_text(encoding="utf-8")
+    for name in ("num_verified_draft_tokens", "num_proposed_draft_tokens"):
+        assert f"{name}: dict[str, int] | None = None" in sketch, name
+        assert f"ModelRunnerOutput.{name}" in _implementing(), name
+    assert "ModelRunnerOutput" in SPEC[SPEC.index("## 12.") :]
+
+
+def test_the_summary_at_the_top_states_the_vectors_numbers() -> None:
+    brief = SPEC[SPEC.index("**In brief.**") : SPEC.index("**Ten-minute review.**")]
+    brief = " ".join(brief.split())
+    for mode in (Mode.ASYNC, Mode.SYNC):
+        rfc = VECTORS[figures.RFC_ROW_VECTORS[mode]]["expect"]["rfc"]
+        claim = (
+            f"drafted {rfc['drafted']}, verified {rfc['verified']}, accepted {rfc['accepted']}"
+            f" under {mode.value}"
+        )
+        assert claim in brief, claim
+        assert rfc["spec_steps"] == 1  # "both count one spec step"
+    assert "both count one spec step" in brief

@@ -1,4 +1,4 @@
-"""Prometheus text exposition of vLLM's spec-decode counters (vllm-0.32-counting.md §5).
+"""Prometheus text exposition of vLLM's spec-decode counters (docs/vllm-source-notes.md §5).
 
 vLLM 0.32 exports, per ``engine`` and ``model_name`` label set, the counters
 ``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,

@@ -1,4 +1,4 @@
-"""Per-request spec-decode metrics of vLLM 0.32 (PR #48915, vllm-0.32-counting.md §5).
+"""Per-request spec-decode metrics of vLLM 0.32 (PR #48915, docs/vllm-source-notes.md §5).
 
 Accepted shapes (a JSON value, a JSON array of them, or NDJSON with one per line):
 
