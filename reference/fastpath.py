@@ -62,8 +62,7 @@ def _machine_rules() -> tuple[object, ...]:
     names = (
         "stage_rule",
         "accept_rule",
-        "discard_rule",
-        "preempt_keeps",
+        "lifecycle_rule",
         "rfc_step",
         "legacy_step",
     )

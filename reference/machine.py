@@ -59,7 +59,7 @@ from .events import (
 )
 from .invariants import check_invariants, check_monotone
 from .step import Mode, StepInputs, legacy_step, rfc_step
-from .transitions import accept_rule, discard_rule, preempt_keeps, stage_rule
+from .transitions import accept_rule, lifecycle_rule, stage_rule
 
 
 class Stage(enum.IntEnum):
@@ -372,11 +372,14 @@ class Engine:
     ) -> tuple[RequestState, list[ClosedBlock]]:
         closed: list[ClosedBlock] = []
         keep: list[Block] = []
+        drop = False
         if isinstance(event, Preempt):
-            drop = event.drop_stale_output
-            if drop is None:
+            flag = event.drop_stale_output
+            if flag is None:
                 drop = self.config.drop_stale_output
-            elif not isinstance(drop, bool):
+            elif isinstance(flag, bool):
+                drop = flag
+            else:
                 raise self._illegal(
                     "drop_stale_output must be a bool or None",
                     event,
@@ -384,17 +387,17 @@ class Engine:
                     state.describe(),
                 )
             status = RequestStatus.ACTIVE
-            for block in state.blocks:
-                verified = Stage.VERIFY in block.stages
-                if preempt_keeps(self.config.mode, verified, INT_ARITH):
-                    keep.append(_block(block, stale=True, stale_dropped=drop))
-                else:
-                    closed.append(self._discard(state, block, Outcome.DISCARDED_PREEMPTED))
+            kind, outcome = "preempt", Outcome.DISCARDED_PREEMPTED
+        elif isinstance(event, Finish):
+            status, kind, outcome = RequestStatus.FINISHED, "finish", Outcome.DISCARDED_FINISHED
         else:
-            finished = isinstance(event, Finish)
-            status = RequestStatus.FINISHED if finished else RequestStatus.ABORTED
-            outcome = Outcome.DISCARDED_FINISHED if finished else Outcome.DISCARDED_ABORTED
-            closed = [self._discard(state, block, outcome) for block in state.blocks]
+            status, kind, outcome = RequestStatus.ABORTED, "abort", Outcome.DISCARDED_ABORTED
+        for block in state.blocks:
+            discarded = self._close(state, block, kind, outcome)
+            if discarded is None:  # async, in flight: its output comes back stale (rule E6)
+                keep.append(_block(block, stale=True, stale_dropped=drop))
+            else:
+                closed.append(discarded)
         # The closed blocks are folded into the counters by `apply`.
         return (
             RequestState(
@@ -408,10 +411,22 @@ class Engine:
             closed,
         )
 
-    def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
+    def _close(
+        self, state: RequestState, block: Block, kind: str, outcome: Outcome
+    ) -> ClosedBlock | None:
+        """One open block under a Finish, Abort or Preempt (``kind``): discarded with
+        ``outcome``, or None when it stays open as stale output (transitions.lifecycle_rule)."""
         x = block.inputs(state.structured, accepted=0, applied=False, legacy_reported=False)
-        inputs = discard_rule(x, Stage.VERIFY in block.stages, INT_ARITH)
-        return ClosedBlock(state.request, block.step, outcome, inputs)
+        verified = Stage.VERIFY in block.stages
+        stays, discarded = lifecycle_rule(self.config.mode, kind, x, verified, INT_ARITH)
+        return None if stays else ClosedBlock(state.request, block.step, outcome, discarded)
+
+    def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
+        """The block discarded by a Finish or an Abort (what ``fastpath`` memoises)."""
+        kind = "finish" if outcome is Outcome.DISCARDED_FINISHED else "abort"
+        closed = self._close(state, block, kind, outcome)
+        assert closed is not None  # only a preemption keeps a block open
+        return closed
 
     def _block_event(
         self, state: RequestState, event: BlockEvent

@@ -137,7 +137,18 @@ def discard_rule(x: StepInputs[N, B], verified: B, ar: Arith[N, B]) -> StepInput
     )
 
 
-def preempt_keeps(mode: Mode, verified: B, ar: Arith[N, B]) -> B:
-    """E6 for ``Preempt``: whether a block stays open as stale output (async, already in the
-    forward pass) rather than being discarded now (everything else)."""
-    return ar.both(ar.truth(mode is Mode.ASYNC), verified)
+FINISH = "finish"
+ABORT = "abort"
+PREEMPT = "preempt"
+
+
+def lifecycle_rule(
+    mode: Mode, kind: str, x: StepInputs[N, B], verified: B, ar: Arith[N, B]
+) -> tuple[B, StepInputs[N, B]]:
+    """E6 for ``Finish``, ``Abort`` and ``Preempt`` on one open block: whether the block stays
+    open as stale output (only a preemption, async, of a block already in the forward pass:
+    its result still comes back), and the block as discarded when it does not."""
+    stays = ar.truth(False)
+    if kind == PREEMPT:
+        stays = ar.both(ar.truth(mode is Mode.ASYNC), verified)
+    return stays, discard_rule(x, verified, ar)
