@@ -36,6 +36,7 @@ from spectally.reference import step as st
 from spectally.reference.counters import LegacyTotals, PositionCounts, RfcTotals
 from spectally.reference.step import Mode
 
+from . import events as evp
 from . import model as md
 from .model import AR, Context, State, SymInputs, fresh_tag
 from .obligations import Obligation, Shown, as_int, concrete_inputs
@@ -685,9 +686,21 @@ def all_properties() -> list[Property]:
         props.append(Property("trace:INV-9", "all", mode.value, "proved", _trace_monotone(mode)))
     for mode in MODES:
         props.append(Property("trace:INV-10", "all", mode.value, "proved", _totals_are_sums(mode)))
+    for mode in MODES:
+        props.append(
+            Property("event:block", "rfc", mode.value, "proved", evp.block_preserved(mode))
+        )
+        props.append(
+            Property("event:close", "all", mode.value, "proved", evp.close_preserved(mode))
+        )
+        props.append(
+            Property("event:discard", "rfc", mode.value, "proved", evp.discard_verified(mode))
+        )
     props += [
+        Property("story:sync-async", "rfc", "both", "proved", evp.story_sync_async),
         Property("theorem:sync-async", "rfc", "both", "proved", _sync_async),
         Property("metrics:bounds", "rfc", "both", "proved", _metrics),
+        Property("metrics:identities", "rfc", "both", "proved", evp.metric_identities),
         Property("merge:monoid", "all", "both", "proved", _merge_laws),
         Property(
             "legacy:drafted>=verified",
