@@ -373,6 +373,30 @@ def _sync_async() -> list[Obligation]:
             Shown(shown.inputs, terms={**shown.terms, **_conjunct_terms(all_rejected)}),
         )
     )
+    # DEC-3's alternatives: two later-stage definitions of a spec step that are mode-independent
+    # too (the decision keeps N >= 1 for other reasons, recorded there).
+    ps, pa = st.pipeline(Mode.SYNC, x, AR), st.pipeline(Mode.ASYNC, x, AR)
+    valid = z3.If(x.structured, x.grammar_valid, x.proposed)
+    alternatives = [
+        (
+            "at least one eligible draft: same in both modes",
+            (ps.eligible >= 1) == (pa.eligible >= 1),
+        ),
+        (
+            "at least one grammar-valid draft scheduled: same in both modes",
+            (z3.If(ps.scheduled_drafts < valid, ps.scheduled_drafts, valid) >= 1)
+            == (z3.If(pa.scheduled_drafts < valid, pa.scheduled_drafts, valid) >= 1),
+        ),
+    ]
+    out.append(
+        Obligation(
+            "DEC-3 alternatives: 'eligible >= 1' and 'grammar-valid scheduled >= 1' are"
+            " mode-independent",
+            (*ctx.facts(), adm_s, adm_a),
+            z3.And(*(c for _, c in alternatives)),
+            Shown(shown.inputs, terms=_conjunct_terms(alternatives)),
+        )
+    )
     # Along traces: states folded from the same blocks in each mode stay related.
     ss, sa = State.fresh(f"{tag}.sync"), State.fresh(f"{tag}.async")
 
