@@ -1011,3 +1011,21 @@ def test_run_stops_at_the_first_illegal_event() -> None:
     with pytest.raises(IllegalEvent, match="accepted cannot exceed"):
         e.run([*prefix, Accept("a", 0, 3), Accept("a", 0, 1)])
     assert snapshot(e) == snapshot(expected)
+
+
+@pytest.mark.parametrize("mode", [SYNC, ASYNC])
+def test_transitions_from_a_fresh_block_match_the_engine(mode: Mode) -> None:
+    """transitions.fresh_block + stage_rule (what the proofs start from) give the stage inputs
+    the engine's own block has after the same events."""
+    from spectally.reference import transitions as tr
+    from spectally.reference.arith import INT_ARITH
+
+    e = engine_at(mode)
+    e.run([Propose("a", 0, 2), Pad("a", 0, 1)])
+    block = e.requests["a"].block_at(0)
+    assert block is not None
+    x = tr.fresh_block(True, INT_ARITH)
+    for stage, count in ((tr.PROPOSE, 2), (tr.PAD, 1)):
+        conditions, x, _ = tr.stage_rule(mode, stage, x, count, 4, INT_ARITH)
+        assert all(ok for _, ok in conditions)
+    assert x == block.inputs(True, 0, True, True)
