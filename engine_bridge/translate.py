@@ -17,7 +17,12 @@ it. Its events follow the mode's pipeline (reference/step.py):
 * ``Verify`` names the drafts in the forward pass. A block that never reached the forward pass
   (a discarded proposal with ``scheduled == 0``) gets no ``Verify``.
 * ``Accept(accepted)`` only for ``outcome == "applied"`` and, after the ``Preempt`` that made it
-  stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event.
+  stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event. A
+  stale block whose output vLLM delivered is an ordinary ``applied`` record (SPEC.md E6,
+  DEC-7); ``discarded_stale`` means vLLM dropped it, and the reference agrees only when the
+  ``Preempt`` drops stale output.
+* ``delivered`` (optional): the tokens the engine appended from the block's result, checked
+  against the outcome by `delivered_mismatch` (STEP_LOG.md).
 """
 
 from __future__ import annotations
