@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -215,3 +216,54 @@ def test_the_issue_example_counts_the_same_in_both_modes() -> None:
         r = e.totals.rfc
         totals[mode] = (r.drafted, r.verified, r.accepted, r.spec_steps)
     assert totals[SYNC] == totals[ASYNC] == (2, 2, 2, 1)
+
+
+PLAN = StagePlan(2, 0, False, 2, 2, 2, 1.0)  # propose 2, verify 2, accept 2
+
+
+def _scripted(kind: str) -> dict[Mode, Counters]:
+    """One short story per kind, told to both engines as `StoryMachine` tells it."""
+    out = {}
+    for mode in (SYNC, ASYNC):
+        e = Engine(EngineConfig(mode, 2))
+        e.run([StepBegin(0), AddRequest("a", 0)])
+        head, rest = phases(mode, PLAN, "a", 0)
+        if kind == "stale":  # delivered as stale output, then finished (issue 9's example)
+            sync_events: list[Event] = [*head, *rest, StepBegin(1), Preempt("a", 1), Finish("a", 1)]
+            async_events: list[Event] = [
+                *head,
+                StepBegin(1),
+                Preempt("a", 1),
+                *rest,
+                Finish("a", 1),
+            ]
+        elif kind == "dropped":
+            sync_events = [*head[:-1], StepBegin(1), Preempt("a", 1, True)]
+            async_events = [*head, StepBegin(1), Preempt("a", 1, True), *rest]
+        else:  # finished with the next block in flight (async)
+            nxt, _ = phases(ASYNC, PLAN, "a", 1)
+            sync_events = [*head, *rest, StepBegin(1), Finish("a", 1)]
+            async_events = [*head, StepBegin(1), *nxt, *rest, Finish("a", 1)]
+        e.run(sync_events if mode is SYNC else async_events)
+        out[mode] = e.request_counters("a")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "mutant"),
+    [
+        ("stale", "stale-always-discarded"),
+        ("dropped", "stale-applied-when-dropped"),
+        ("finished", "finish-applies-in-flight"),
+    ],
+)
+def test_the_comparison_fails_under_an_event_mutant(kind: str, mutant: str) -> None:
+    """The claim this file checks is not vacuous: the event-rule mutants break it."""
+    pytest.importorskip("z3")
+    from spectally.proofs.mutants import MUTANTS, patched
+
+    counters = _scripted(kind)
+    assert related(counters[SYNC], counters[ASYNC])
+    with patched(next(m for m in MUTANTS if m.name == mutant)):
+        counters = _scripted(kind)
+    assert not related(counters[SYNC], counters[ASYNC])
