@@ -99,7 +99,7 @@ def _fast_ok(obj: Record, spec: _KindSpec) -> bool:
         if type(v) is not int or v < 0:
             return False
     for name in spec.nullable_counts:
-        v = obj[name]
+        v = obj.get(name)  # an optional nullable count (delivered) may be absent
         if v is not None and (type(v) is not int or v < 0):
             return False
     for name, values in spec.enums:
@@ -324,15 +324,18 @@ _REQUEST_STEP_NULLABLE = frozenset(("grammar_valid", "invalid", "verified"))
 @lru_cache(maxsize=1)
 def request_step_inline_ok() -> bool:
     """Whether the schema's request_step record is the one replay's inline check knows (those
-    required fields, those types, ``meta`` the only optional field, ``request`` a non-empty
-    string); if the schema changes, replay validates every record through `check_record`."""
+    required fields, those types, ``meta`` and ``delivered`` the optional fields, ``request`` a
+    non-empty string); if the schema changes, replay validates every record through
+    `check_record`."""
     spec = _fast_specs()["request_step"]
     props = load_schema()["$defs"]["request_step"]["properties"]
     return (
         spec.required == frozenset(REQUEST_STEP_ORDER)
-        and spec.allowed == spec.required | {"meta"}
+        # the optional fields: a record carrying one has more keys than the inline check
+        # reads, so it always takes the per-record path (which checks delivered)
+        and spec.allowed == spec.required | {"meta", "delivered"}
         and frozenset(spec.counts) == _REQUEST_STEP_COUNTS
-        and frozenset(spec.nullable_counts) == _REQUEST_STEP_NULLABLE
+        and frozenset(spec.nullable_counts) == _REQUEST_STEP_NULLABLE | {"delivered"}
         and [name for name, _ in spec.enums] == ["outcome"]
         and "applied" in spec.enums[0][1]
         and props["record"] == {"const": "request_step"}

@@ -64,6 +64,7 @@ from .translate import (
     BlockPlan,
     Header,
     Untranslatable,
+    delivered_mismatch,
     lifecycle_event,
     translate_block,
 )
@@ -781,6 +782,7 @@ class Replayer:
             raise BadInput(
                 self.path, line, 1, f"request_step for step {step} after that step's step_stats"
             )
+        self._check_delivered(line, rec)
         if outcome == "applied":
             if self._fast_request_step(line, rec, rid, step):
                 return
@@ -816,7 +818,6 @@ class Replayer:
                 return
         accepted = rec["accepted"]
         expected_accepted = max(rec["sampled"] - 1, 0)
-        drop = self.engine.config.drop_stale_output
         if outcome == "applied":
             assert plan.accept is not None
             closed = self._apply_closing(plan.accept, line, rec)
@@ -827,12 +828,10 @@ class Replayer:
         else:
             block = self.engine.requests[rid].block_at(step)
             assert block is not None
-            held = self.held.get(rid)
-            if held is not None and held.record["event"] == "preempt":
-                # vLLM decides per preemption whether stale output is dropped.
-                drop = held.record.get("drop_stale_output", drop)
-            reported = outcome == "discarded_stale" and not drop
-            inputs = block.inputs(state.structured, accepted, False, reported)
+            # A discarded block is counted by neither profile: stale output is discarded only
+            # when vLLM dropped it, and then vLLM 0.32 skips it too (SPEC.md R6, L5, DEC-7).
+            # Whether the preemption really dropped it is checked when its Accept is applied.
+            inputs = block.inputs(state.structured, accepted, False, False)
             actual_outcome = outcome
             claim = Claim(line, outcome, rec)
             self.claims[(rid, step)] = claim
@@ -881,6 +880,23 @@ class Replayer:
             for i in range(lg.num_accepted_tokens):
                 self.legacy_pos[i] += 1
         self.shift.add(prof.shift)
+
+    def _check_delivered(self, line: int, rec: Record) -> None:
+        """A divergence when the record's observed ``delivered`` contradicts its outcome
+        (`translate.delivered_mismatch`); the record is then read as usual (its counts are
+        still checked and folded, so one bad field does not cascade)."""
+        bad = delivered_mismatch(rec)
+        if bad is not None:
+            self._diverge(
+                line,
+                _col(rec, "delivered"),
+                "request_step",
+                rec["step"],
+                bad.reason,
+                rec,
+                [("delivered", bad.expected, bad.actual)],
+                self._state(rec["request"]),
+            )
 
     def _fast_request_step(self, line: int, rec: Record, rid: str, step: int) -> bool:
         """An applied block on a request with nothing pending (no held lifecycle event, no

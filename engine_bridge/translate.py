@@ -17,7 +17,12 @@ it. Its events follow the mode's pipeline (reference/step.py):
 * ``Verify`` names the drafts in the forward pass. A block that never reached the forward pass
   (a discarded proposal with ``scheduled == 0``) gets no ``Verify``.
 * ``Accept(accepted)`` only for ``outcome == "applied"`` and, after the ``Preempt`` that made it
-  stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event.
+  stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event. A
+  stale block whose output vLLM delivered is an ordinary ``applied`` record (SPEC.md E6,
+  DEC-7); ``discarded_stale`` means vLLM dropped it, and the reference agrees only when the
+  ``Preempt`` drops stale output.
+* ``delivered`` (optional): the tokens the engine appended from the block's result, checked
+  against the outcome by `delivered_mismatch` (STEP_LOG.md).
 """
 
 from __future__ import annotations
@@ -217,3 +222,45 @@ def translate_block(mode: Mode, structured: bool, rec: Record) -> BlockPlan:
     if outcome == "applied" or outcome in HELD_ACCEPT_OUTCOMES:
         accept = Accept(rid, step, rec["accepted"])
     return BlockPlan(tuple(events), accept, scheduled_drafts, verified, in_forward)
+
+
+@dataclass(frozen=True)
+class DeliveredMismatch:
+    """A ``request_step`` whose observed ``delivered`` contradicts its applied / discarded
+    classification (STEP_LOG.md, "delivered"): the engine appended tokens from a block the spec
+    says was discarded, or none (or more than it sampled) from one the spec says was applied."""
+
+    reason: str
+    expected: str  # what the classification allows, e.g. "1..3" or "0"
+    actual: int
+
+
+def delivered_mismatch(rec: Record) -> DeliveredMismatch | None:
+    """Check a record's observed ``delivered`` (absent or null: not recorded, nothing to check)
+    against its ``outcome``: ``applied`` needs ``1 <= delivered <= sampled`` (at least the
+    bonus token, at most what was sampled: stop trimming may cut the rest); every
+    ``discarded_*`` outcome needs ``delivered == 0``. Replay checks the outcome itself against
+    the reference's classification of the block, so a ``delivered`` that contradicts the
+    reference always surfaces: here, or as an outcome divergence."""
+    delivered = rec.get("delivered")
+    if delivered is None:
+        return None
+    outcome: str = rec["outcome"]
+    if outcome == "applied":
+        sampled: int = rec["sampled"]
+        if 1 <= delivered <= sampled:
+            return None
+        return DeliveredMismatch(
+            f"an applied block delivers between 1 and sampled ({sampled}) tokens; the engine"
+            f" appended {delivered}",
+            f"1..{sampled}",
+            delivered,
+        )
+    if delivered == 0:
+        return None
+    return DeliveredMismatch(
+        f"the block is {outcome}, yet the engine appended {delivered} of its tokens to the"
+        " request (delivered output is applied; only dropped stale output is discarded)",
+        "0",
+        delivered,
+    )

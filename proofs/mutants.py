@@ -19,7 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spectally.reference import counters as ct
+from spectally.reference import metrics as mt
 from spectally.reference import step as st
+from spectally.reference import transitions as tr
 from spectally.reference.arith import Arith
 from spectally.reference.step import Mode, StepInputs
 
@@ -34,6 +36,9 @@ class Mutant:
     name: str
     bug: str  # the deliberate bug, in words
     patches: tuple[tuple[Any, str, Factory], ...]  # (module, attribute, factory)
+    # Property name prefix tried first by `catch(..., stop_at_first=True)` (only an order: a
+    # mutant still counts as caught by whichever property refutes it).
+    first: str = ""
 
 
 @contextmanager
@@ -210,6 +215,74 @@ def _legacy_counts_empty_steps(orig: Any) -> Callable[..., Any]:
     return legacy_step
 
 
+def _finish_applies_in_flight(orig: Any) -> Callable[..., Any]:
+    """lifecycle_rule: a Finish or an Abort applies a block already in the forward pass."""
+
+    def lifecycle_rule(
+        mode: Mode, kind: str, x: StepInputs[Any, Any], verified: Any, ar: Arith[Any, Any]
+    ) -> Any:
+        stays, closed = orig(mode, kind, x, verified, ar)
+        if kind == tr.PREEMPT:
+            return stays, closed
+        return stays, replace(closed, applied=verified, legacy_reported=verified)
+
+    return lifecycle_rule
+
+
+def _stale_applied_when_dropped(orig: Any) -> Callable[..., Any]:
+    """is_applied: stale output is applied even when the engine dropped it."""
+
+    def is_applied(stale: Any, stale_dropped: Any, ar: Arith[Any, Any]) -> Any:
+        return ar.truth(True)
+
+    return is_applied
+
+
+def _stale_always_discarded(orig: Any) -> Callable[..., Any]:
+    """is_applied: stale output is discarded even when delivered (the old DEC-7)."""
+
+    def is_applied(stale: Any, stale_dropped: Any, ar: Arith[Any, Any]) -> Any:
+        return ar.negate(stale)
+
+    return is_applied
+
+
+def _discard_without_av_cap(orig: Any) -> Callable[..., Any]:
+    """discard_rule: a block discarded before Verify keeps its AV cap (counts as verified)."""
+
+    def discard_rule(x: StepInputs[Any, Any], verified: Any, ar: Arith[Any, Any]) -> Any:
+        return orig(x, ar.truth(True), ar)
+
+    return discard_rule
+
+
+def _acceptance_rate_over_verified(orig: Any) -> Callable[..., Any]:
+    """acceptance_rate: accepted / verified instead of accepted / drafted."""
+
+    def acceptance_rate(t: Any) -> Any:
+        return mt.Ratio(t.accepted, t.verified)
+
+    return acceptance_rate
+
+
+def _mean_length_without_one(orig: Any) -> Callable[..., Any]:
+    """mean_acceptance_length: accepted / spec_steps, without the + 1."""
+
+    def mean_acceptance_length(t: Any) -> Any:
+        return replace(orig(t), offset=0)
+
+    return mean_acceptance_length
+
+
+def _undefined_rate_as_zero(orig: Any) -> Callable[..., Any]:
+    """acceptance_rate: 0 instead of undefined when nothing was drafted."""
+
+    def acceptance_rate(t: Any) -> Any:
+        return replace(orig(t), if_zero=0.0)
+
+    return acceptance_rate
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "sync-verifies-grammar-invalid",
@@ -277,6 +350,48 @@ MUTANTS: tuple[Mutant, ...] = (
         ((st, "legacy_scheduled_invalid", _legacy_no_invalid),),
     ),
     Mutant(
+        "finish-applies-in-flight",
+        "Finish/Abort apply a block already in the forward pass",
+        ((tr, "lifecycle_rule", _finish_applies_in_flight),),
+        first="story",
+    ),
+    Mutant(
+        "stale-applied-when-dropped",
+        "stale output is applied even when the engine dropped it",
+        ((tr, "is_applied", _stale_applied_when_dropped),),
+        first="story",
+    ),
+    Mutant(
+        "stale-always-discarded",
+        "stale output is discarded even when delivered (the old DEC-7)",
+        ((tr, "is_applied", _stale_always_discarded),),
+        first="story",
+    ),
+    Mutant(
+        "discard-without-av-cap",
+        "a block discarded before Verify counts its drafts as discarded verified",
+        ((tr, "discard_rule", _discard_without_av_cap),),
+        first="event:discard",
+    ),
+    Mutant(
+        "acceptance-rate-over-verified",
+        "acceptance rate = accepted / verified",
+        ((mt, "acceptance_rate", _acceptance_rate_over_verified),),
+        first="metrics:identities",
+    ),
+    Mutant(
+        "mean-length-without-one",
+        "mean acceptance length without the + 1",
+        ((mt, "mean_acceptance_length", _mean_length_without_one),),
+        first="metrics:identities",
+    ),
+    Mutant(
+        "undefined-rate-as-zero",
+        "an undefined acceptance rate reported as 0",
+        ((mt, "acceptance_rate", _undefined_rate_as_zero),),
+        first="metrics:identities",
+    ),
+    Mutant(
         "legacy-counts-empty-steps",
         "legacy profile counts a step with no scheduled slot",
         ((st, "legacy_step", _legacy_counts_empty_steps),),
@@ -296,8 +411,11 @@ def catch(
     """Run the property suite under ``mutant``; return the properties that catch it (settled
     the other way than expected). With ``stop_at_first``, stop at the first one."""
     caught: list[PropertyResult] = []
+    props = all_properties()
+    if mutant.first:
+        props.sort(key=lambda p: not p.name.startswith(mutant.first))
     with patched(mutant):
-        for prop in all_properties():
+        for prop in props:
             result = run_property(prop, timeout_ms)
             if decisive(result):
                 caught.append(result)

@@ -36,6 +36,7 @@ from spectally.reference import step as st
 from spectally.reference.counters import LegacyTotals, PositionCounts, RfcTotals
 from spectally.reference.step import Mode
 
+from . import events as evp
 from . import model as md
 from .model import AR, Context, State, SymInputs, fresh_tag
 from .obligations import Obligation, Shown, as_int, concrete_inputs
@@ -372,6 +373,30 @@ def _sync_async() -> list[Obligation]:
             Shown(shown.inputs, terms={**shown.terms, **_conjunct_terms(all_rejected)}),
         )
     )
+    # DEC-3's alternatives: two later-stage definitions of a spec step that are mode-independent
+    # too (the decision keeps N >= 1 for other reasons, recorded there).
+    ps, pa = st.pipeline(Mode.SYNC, x, AR), st.pipeline(Mode.ASYNC, x, AR)
+    valid = z3.If(x.structured, x.grammar_valid, x.proposed)
+    alternatives = [
+        (
+            "at least one eligible draft: same in both modes",
+            (ps.eligible >= 1) == (pa.eligible >= 1),
+        ),
+        (
+            "at least one grammar-valid draft scheduled: same in both modes",
+            (z3.If(ps.scheduled_drafts < valid, ps.scheduled_drafts, valid) >= 1)
+            == (z3.If(pa.scheduled_drafts < valid, pa.scheduled_drafts, valid) >= 1),
+        ),
+    ]
+    out.append(
+        Obligation(
+            "DEC-3 alternatives: 'eligible >= 1' and 'grammar-valid scheduled >= 1' are"
+            " mode-independent",
+            (*ctx.facts(), adm_s, adm_a),
+            z3.And(*(c for _, c in alternatives)),
+            Shown(shown.inputs, terms=_conjunct_terms(alternatives)),
+        )
+    )
     # Along traces: states folded from the same blocks in each mode stay related.
     ss, sa = State.fresh(f"{tag}.sync"), State.fresh(f"{tag}.async")
 
@@ -685,9 +710,21 @@ def all_properties() -> list[Property]:
         props.append(Property("trace:INV-9", "all", mode.value, "proved", _trace_monotone(mode)))
     for mode in MODES:
         props.append(Property("trace:INV-10", "all", mode.value, "proved", _totals_are_sums(mode)))
+    for mode in MODES:
+        props.append(
+            Property("event:block", "rfc", mode.value, "proved", evp.block_preserved(mode))
+        )
+        props.append(
+            Property("event:close", "all", mode.value, "proved", evp.close_preserved(mode))
+        )
+        props.append(
+            Property("event:discard", "rfc", mode.value, "proved", evp.discard_verified(mode))
+        )
     props += [
+        Property("story:sync-async", "rfc", "both", "proved", evp.story_sync_async),
         Property("theorem:sync-async", "rfc", "both", "proved", _sync_async),
         Property("metrics:bounds", "rfc", "both", "proved", _metrics),
+        Property("metrics:identities", "rfc", "both", "proved", evp.metric_identities),
         Property("merge:monoid", "all", "both", "proved", _merge_laws),
         Property(
             "legacy:drafted>=verified",

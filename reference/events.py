@@ -85,7 +85,8 @@ class Verify:
 @dataclass(frozen=True)
 class Accept:
     """The target accepted ``num_tokens`` drafts (bonus token excluded); the result is applied,
-    unless the block went stale by preemption, in which case it is discarded."""
+    unless the block went stale by preemption *and* the engine dropped that stale output, in
+    which case it is discarded."""
 
     request: str
     step: int
@@ -112,11 +113,12 @@ class Abort:
 @dataclass(frozen=True)
 class Preempt:
     """The request was preempted. Blocks not yet in the forward pass are discarded; a block in
-    flight (async) goes stale: its later Accept is discarded, not applied.
+    flight (async) goes stale: vLLM still delivers its output to the request (its later Accept
+    is applied) unless it drops it.
 
     ``drop_stale_output``: whether the engine drops that stale output (vLLM decides per
-    preemption); None means the engine's configured default. It changes only what the
-    vllm-legacy profile reports: the rfc profile discards stale output either way.
+    preemption); None means the engine's configured default. A dropped stale output never
+    reaches the request: both profiles discard it.
     """
 
     request: str

@@ -59,7 +59,14 @@ _new_state = object.__new__
 def _machine_rules() -> tuple[object, ...]:
     """The rules machine.py calls, as currently bound by name there (a mutant patches them)."""
     ns = vars(_machine)
-    return (ns["admissibility"], ns["pipeline"], ns["rfc_step"], ns["legacy_step"])
+    names = (
+        "stage_rule",
+        "accept_rule",
+        "lifecycle_rule",
+        "rfc_step",
+        "legacy_step",
+    )
+    return tuple(ns[name] for name in names)
 
 
 _ORIGINAL_RULES = _machine_rules()

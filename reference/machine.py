@@ -16,13 +16,16 @@ E4  Stage order. A block's events follow its mode's pipeline, each stage at most
     ``GrammarReject`` need ``Verify`` first. ``GrammarReject`` needs a structured request.
 E5  Counts. Counts are >= 0 and bounded by what reaches the stage: the block holds at most k
     slots, a cut removes at most what is left, ``Verify`` must name exactly the drafts that
-    reached the target, and ``Accept`` at most the eligible ones (step.admissibility).
-E6  Closing. ``Accept`` closes a block: applied, or discarded if the block went stale.
-    ``Finish``/``Abort`` discard every open block of the request and end it. ``Preempt``
-    discards blocks not yet verified and makes verified (in-flight, async) blocks stale; the
-    engine drops a stale output (so vllm-legacy does not count it either) when the Preempt's
-    ``drop_stale_output`` says so, or, when that is None, the engine's configured default.
-    A closed block is folded into the counters by ``step.rfc_step`` / ``step.legacy_step``.
+    reached the target, and ``Accept`` at most the eligible ones (transitions.stage_rule,
+    transitions.accept_rule).
+E6  Closing. ``Accept`` closes a block: applied, unless the block went stale *and* its stale
+    output is dropped (then discarded_stale). ``Finish``/``Abort`` discard every open block of
+    the request and end it. ``Preempt`` discards blocks not yet verified and makes verified
+    (in-flight, async) blocks stale; vLLM still delivers a stale output to the request (and
+    counts it) unless it drops it: the Preempt's ``drop_stale_output``, or, when that is None,
+    the engine's configured default. A closed block is folded into the counters by
+    ``step.rfc_step`` / ``step.legacy_step``. What each event does to counts is written once,
+    over an `Arith`, in ``transitions.py``, so the proofs evaluate these very rules.
 E7  Atomicity. An illegal event raises `IllegalEvent` naming request, step, state and event,
     and changes nothing. After every legal event all invariants (invariants.py) hold.
 """
@@ -55,7 +58,8 @@ from .events import (
     Verify,
 )
 from .invariants import check_invariants, check_monotone
-from .step import Mode, StepInputs, admissibility, legacy_step, pipeline, rfc_step
+from .step import Mode, StepInputs, legacy_step, rfc_step
+from .transitions import accept_rule, lifecycle_rule, stage_rule
 
 
 class Stage(enum.IntEnum):
@@ -97,6 +101,24 @@ STAGE_REQUIRES: dict[Mode, dict[Stage, Stage]] = {
     Mode.ASYNC: {Stage.ACCEPT: Stage.VERIFY, Stage.GRAMMAR: Stage.VERIFY},
 }
 
+# The stage names of transitions.py (the count rules of each stage) and the one block field
+# each stage sets.
+RULE_STAGE: dict[Stage, str] = {
+    Stage.PROPOSE: "propose",
+    Stage.PAD: "pad",
+    Stage.GRAMMAR: "grammar",
+    Stage.TRUNCATE: "truncate",
+    Stage.AV: "av",
+    Stage.VERIFY: "verify",
+}
+STAGE_FIELD: dict[Stage, str] = {
+    Stage.PROPOSE: "proposed",
+    Stage.PAD: "padding",
+    Stage.GRAMMAR: "grammar_valid",
+    Stage.TRUNCATE: "schedule_cap",
+    Stage.AV: "av_cap",
+}
+
 BLOCK_EVENT_STAGE: dict[type, Stage] = {
     Propose: Stage.PROPOSE,
     Pad: Stage.PAD,
@@ -136,7 +158,7 @@ class Block:
     schedule_cap: int | None = None
     av_cap: int | None = None
     stale: bool = False
-    stale_dropped: bool = False  # the engine drops this stale output (vllm-legacy then skips it)
+    stale_dropped: bool = False  # the engine drops this stale output (it is then discarded)
 
     @property
     def last_stage(self) -> Stage:
@@ -350,11 +372,14 @@ class Engine:
     ) -> tuple[RequestState, list[ClosedBlock]]:
         closed: list[ClosedBlock] = []
         keep: list[Block] = []
+        drop = False
         if isinstance(event, Preempt):
-            drop = event.drop_stale_output
-            if drop is None:
+            flag = event.drop_stale_output
+            if flag is None:
                 drop = self.config.drop_stale_output
-            elif not isinstance(drop, bool):
+            elif isinstance(flag, bool):
+                drop = flag
+            else:
                 raise self._illegal(
                     "drop_stale_output must be a bool or None",
                     event,
@@ -362,17 +387,17 @@ class Engine:
                     state.describe(),
                 )
             status = RequestStatus.ACTIVE
-            for block in state.blocks:
-                in_flight = self.config.mode is Mode.ASYNC and Stage.VERIFY in block.stages
-                if in_flight:
-                    keep.append(_block(block, stale=True, stale_dropped=drop))
-                else:
-                    closed.append(self._discard(state, block, Outcome.DISCARDED_PREEMPTED))
+            kind, outcome = "preempt", Outcome.DISCARDED_PREEMPTED
+        elif isinstance(event, Finish):
+            status, kind, outcome = RequestStatus.FINISHED, "finish", Outcome.DISCARDED_FINISHED
         else:
-            finished = isinstance(event, Finish)
-            status = RequestStatus.FINISHED if finished else RequestStatus.ABORTED
-            outcome = Outcome.DISCARDED_FINISHED if finished else Outcome.DISCARDED_ABORTED
-            closed = [self._discard(state, block, outcome) for block in state.blocks]
+            status, kind, outcome = RequestStatus.ABORTED, "abort", Outcome.DISCARDED_ABORTED
+        for block in state.blocks:
+            discarded = self._close(state, block, kind, outcome)
+            if discarded is None:  # async, in flight: its output comes back stale (rule E6)
+                keep.append(_block(block, stale=True, stale_dropped=drop))
+            else:
+                closed.append(discarded)
         # The closed blocks are folded into the counters by `apply`.
         return (
             RequestState(
@@ -386,13 +411,22 @@ class Engine:
             closed,
         )
 
+    def _close(
+        self, state: RequestState, block: Block, kind: str, outcome: Outcome
+    ) -> ClosedBlock | None:
+        """One open block under a Finish, Abort or Preempt (``kind``): discarded with
+        ``outcome``, or None when it stays open as stale output (transitions.lifecycle_rule)."""
+        x = block.inputs(state.structured, accepted=0, applied=False, legacy_reported=False)
+        verified = Stage.VERIFY in block.stages
+        stays, discarded = lifecycle_rule(self.config.mode, kind, x, verified, INT_ARITH)
+        return None if stays else ClosedBlock(state.request, block.step, outcome, discarded)
+
     def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
-        if Stage.VERIFY not in block.stages:
-            # Nothing of this block reached the target forward pass, so none of its drafts is
-            # verified: without this the caps alone would count them in discarded_verified.
-            block = _block(block, av_cap=0)
-        inputs = block.inputs(state.structured, accepted=0, applied=False, legacy_reported=False)
-        return ClosedBlock(state.request, block.step, outcome, inputs)
+        """The block discarded by a Finish or an Abort (what ``fastpath`` memoises)."""
+        kind = "finish" if outcome is Outcome.DISCARDED_FINISHED else "abort"
+        closed = self._close(state, block, kind, outcome)
+        assert closed is not None  # only a preemption keeps a block open
+        return closed
 
     def _block_event(
         self, state: RequestState, event: BlockEvent
@@ -434,37 +468,15 @@ class Engine:
         if needed is not None and needed not in block.stages:
             raise illegal(f"{stage.name} requires {needed.name} first")
 
-        if isinstance(event, Propose):
-            if count > k:
-                raise illegal(f"cannot propose {count} drafts with k={k}")
-            block = _block(block, proposed=count)
-        elif isinstance(event, Pad):
-            if block.proposed + count > k:
-                raise illegal(f"block of {block.proposed} drafts + {count} padding exceeds k={k}")
-            block = _block(block, padding=count)
-        elif not isinstance(event, Accept):  # Accept is checked below (admissibility)
-            # What the block's stages so far let through (only these stages read it).
-            so_far = pipeline(mode, block.inputs(state.structured, 0, True, True), INT_ARITH)
-            if isinstance(event, GrammarReject):
-                if not state.structured:
-                    raise illegal("grammar rejection for a request without structured output")
-                # sync: of the proposal; async: of the scheduled drafts (num_invalid_spec_tokens).
-                base = block.proposed if mode is Mode.SYNC else so_far.scheduled_drafts
-                if count > base:
-                    raise illegal(f"grammar rejects {count} of only {base} drafts")
-                block = _block(block, grammar_valid=base - count)
-            elif isinstance(event, Truncate):
-                if count > so_far.scheduled_slots:
-                    raise illegal(f"cannot cut {count} of {so_far.scheduled_slots} slots")
-                block = _block(block, schedule_cap=so_far.scheduled_slots - count)
-            elif isinstance(event, AVSkip):
-                if count > so_far.scheduled_drafts:
-                    raise illegal(f"AV cannot skip {count} of {so_far.scheduled_drafts} drafts")
-                block = _block(block, av_cap=so_far.scheduled_drafts - count)
-            elif isinstance(event, Verify) and count != so_far.verified:
-                raise illegal(
-                    f"verify names {count} drafts but {so_far.verified} reached the target"
-                )
+        if not isinstance(event, Accept):  # Accept is checked below (accept_rule)
+            x = block.inputs(state.structured, 0, True, True)
+            conditions, after, named = stage_rule(mode, RULE_STAGE[stage], x, count, k, INT_ARITH)
+            for reason, ok in conditions:
+                if not ok:
+                    raise illegal(reason.format(**named))
+            field = STAGE_FIELD.get(stage)
+            if field is not None:  # the one input this stage sets (Verify sets none)
+                block = _block(block, **{field: getattr(after, field)})
         block = _block(block, stages=(*block.stages, stage))
 
         others = tuple(b for b in state.blocks if b.step != step)
@@ -477,13 +489,14 @@ class Engine:
                 [],
             )
 
-        applied = not block.stale
-        reported = applied or not block.stale_dropped
-        inputs = block.inputs(state.structured, count, applied, reported)
-        reasons = [r for r, ok in admissibility(mode, inputs, INT_ARITH, k) if not ok]
+        x = block.inputs(state.structured, 0, True, True)
+        conditions, inputs = accept_rule(
+            mode, x, count, block.stale, block.stale_dropped, k, INT_ARITH
+        )
+        reasons = [r for r, ok in conditions if not ok]
         if reasons:
             raise illegal("; ".join(reasons))
-        outcome = Outcome.APPLIED if applied else Outcome.DISCARDED_STALE
+        outcome = Outcome.APPLIED if inputs.applied else Outcome.DISCARDED_STALE
         closed = ClosedBlock(rid, step, outcome, inputs)
         new = RequestState(
             state.request,

@@ -239,20 +239,22 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.engine is not None and bool(self.stale_blocks()))
     @rule(data=st.data())
     def stale_result_arrives(self, data: st.DataObject) -> None:
-        """The result of a block that went stale comes back (it is discarded, not applied)."""
+        """The result of a block that went stale comes back: delivered and applied, unless the
+        preemption dropped it (then discarded as stale)."""
         state, block = data.draw(st.sampled_from(self.stale_blocks()))
         eligible = so_far(self.mode, state, block).eligible
         closed = self.attempt_closing(
             Accept(state.request, block.step, data.draw(st.integers(0, eligible)))
         )
-        assert [c.outcome for c in closed] == [Outcome.DISCARDED_STALE]
+        expected = Outcome.DISCARDED_STALE if block.stale_dropped else Outcome.APPLIED
+        assert [c.outcome for c in closed] == [expected]
 
     @precondition(lambda self: self.engine is not None and self.e.current_step is not None)
     @rule(data=st.data())
     def preempted_in_flight_scenario(self, data: st.DataObject) -> None:
         """A fresh request's block reaches the forward pass, the request is preempted, then the
-        result arrives (async: discarded as stale; sync: the preemption discarded it). A deep
-        path the single-event rules reach too rarely on their own."""
+        result arrives (async: applied unless the stale output is dropped; sync: the preemption
+        discarded it). A deep path the single-event rules reach too rarely on their own."""
         self.add_request(structured=False)
         rid, step = f"r{self.next_id - 1}", self.e.current_step
         assert step is not None
@@ -262,8 +264,10 @@ class EngineMachine(RuleBasedStateMachine):
         drop = data.draw(st.sampled_from([None, False, True]))
         self.attempt(Preempt(rid, step, drop), legal=True)
         if self.mode is ASYNC:
+            dropped = self.e.config.drop_stale_output if drop is None else drop
             closed = self.attempt_closing(Accept(rid, step, data.draw(st.integers(0, n))))
-            assert [c.outcome for c in closed] == [Outcome.DISCARDED_STALE]
+            expected = Outcome.DISCARDED_STALE if dropped else Outcome.APPLIED
+            assert [c.outcome for c in closed] == [expected]
 
     # -- block stages, legal counts ---------------------------------------------------------
     # Preconditions keep Hypothesis from spending steps on rules that have nothing to do.
@@ -848,10 +852,12 @@ def test_preempt_async_makes_in_flight_blocks_stale(drop: bool) -> None:
     assert [(c.step, c.outcome) for c in closed] == [(1, Outcome.DISCARDED_PREEMPTED)]
     assert e.describe("a") == "active; block@0 after VERIFY, stale"
     closed = e.apply(Accept("a", 0, 2))
-    assert [c.outcome for c in closed] == [Outcome.DISCARDED_STALE]
+    # vLLM delivers stale output to the request unless it drops it; both profiles count what
+    # is delivered.
+    assert [c.outcome for c in closed] == [Outcome.DISCARDED_STALE if drop else Outcome.APPLIED]
     r, lg = e.totals.rfc, e.totals.legacy
-    assert (r.drafted, r.accepted, r.discarded_steps, r.discarded_verified) == (0, 0, 2, 3)
-    # vLLM 0.32 still counts a stale output unless drop_stale_output.
+    expected = (0, 0, 2, 3) if drop else (3, 2, 1, 0)
+    assert (r.drafted, r.accepted, r.discarded_steps, r.discarded_verified) == expected
     assert (lg.num_drafts, lg.num_accepted_tokens) == ((0, 0) if drop else (1, 2))
 
 
@@ -859,13 +865,22 @@ def test_preempt_async_makes_in_flight_blocks_stale(drop: bool) -> None:
 @pytest.mark.parametrize("drop", [False, True])
 def test_preempt_decides_drop_stale_output_per_preemption(default: bool, drop: bool) -> None:
     """vLLM decides per preemption whether stale output is dropped: the Preempt's own flag
-    overrides the engine default for the legacy profile; rfc discards stale output either way."""
+    overrides the engine default, for both profiles."""
     e = engine_at(ASYNC, drop_stale_output=default)
     e.run([Propose("a", 0, 3), Verify("a", 0, 3), Preempt("a", 0, drop_stale_output=drop)])
     e.apply(Accept("a", 0, 2))
     r, lg = e.totals.rfc, e.totals.legacy
-    assert (r.drafted, r.spec_steps, r.discarded_steps) == (0, 0, 1)
+    assert (r.drafted, r.spec_steps, r.discarded_steps) == ((0, 0, 1) if drop else (3, 1, 0))
     assert (lg.num_drafts, lg.num_accepted_tokens) == ((0, 0) if drop else (1, 2))
+
+
+@pytest.mark.parametrize("drop", [None, False, True])
+def test_preempt_without_flag_uses_the_engine_default(drop: bool | None) -> None:
+    e = engine_at(ASYNC, drop_stale_output=True)
+    e.run([Propose("a", 0, 3), Verify("a", 0, 3), Preempt("a", 0, drop_stale_output=drop)])
+    (closed,) = e.apply(Accept("a", 0, 2))
+    dropped = True if drop is None else drop
+    assert closed.outcome is (Outcome.DISCARDED_STALE if dropped else Outcome.APPLIED)
 
 
 def test_preempt_drop_flag_must_be_bool() -> None:
@@ -996,3 +1011,21 @@ def test_run_stops_at_the_first_illegal_event() -> None:
     with pytest.raises(IllegalEvent, match="accepted cannot exceed"):
         e.run([*prefix, Accept("a", 0, 3), Accept("a", 0, 1)])
     assert snapshot(e) == snapshot(expected)
+
+
+@pytest.mark.parametrize("mode", [SYNC, ASYNC])
+def test_transitions_from_a_fresh_block_match_the_engine(mode: Mode) -> None:
+    """transitions.fresh_block + stage_rule (what the proofs start from) give the stage inputs
+    the engine's own block has after the same events."""
+    from spectally.reference import transitions as tr
+    from spectally.reference.arith import INT_ARITH
+
+    e = engine_at(mode)
+    e.run([Propose("a", 0, 2), Pad("a", 0, 1)])
+    block = e.requests["a"].block_at(0)
+    assert block is not None
+    x = tr.fresh_block(True, INT_ARITH)
+    for stage, count in ((tr.PROPOSE, 2), (tr.PAD, 1)):
+        conditions, x, _ = tr.stage_rule(mode, stage, x, count, 4, INT_ARITH)
+        assert all(ok for _, ok in conditions)
+    assert x == block.inputs(True, 0, True, True)

@@ -25,8 +25,13 @@ NAMES = {
     *(f"step:INV-{n}" for n in range(1, 9)),
     *(f"trace:INV-{n}" for n in range(1, 11)),
     "step:discarded",
+    "event:block",
+    "event:close",
+    "event:discard",
+    "story:sync-async",
     "theorem:sync-async",
     "metrics:bounds",
+    "metrics:identities",
     "merge:monoid",
     "legacy:drafted>=verified",
     "legacy:sync-async-spec-steps",
@@ -55,7 +60,7 @@ def test_registry_names_and_modes() -> None:
     props = all_properties()
     assert {p.name for p in props} == NAMES
     for p in props:
-        if p.name.startswith(("step:", "trace:")):
+        if p.name.startswith(("step:", "trace:", "event:")):
             assert {q.mode for q in props if q.name == p.name} == {"sync", "async"}
     keys = [(p.name, p.mode) for p in props]
     assert len(keys) == len(set(keys))

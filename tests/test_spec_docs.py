@@ -47,10 +47,12 @@ def test_reference_invariants_are_specified_with_their_names_and_proofs() -> Non
 
 
 def test_proved_by_names_follow_the_convention() -> None:
-    names = set(re.findall(r"`((?:step|trace|theorem|metrics|merge|legacy):[^`]+)`", SPEC))
+    kinds = "step|trace|theorem|metrics|merge|legacy|event|story"
+    names = set(re.findall(rf"`((?:{kinds}):[^`]+)`", SPEC))
     pattern = re.compile(
         r"^(?:(?:step|trace):INV-\d+|step:discarded|theorem:sync-async|metrics:bounds|merge:monoid"
-        r"|legacy:drafted>=verified|legacy:sync-async-spec-steps)$"
+        r"|legacy:drafted>=verified|legacy:sync-async-spec-steps"
+        r"|event:block|event:close|event:discard|story:sync-async|metrics:identities)$"
     )
     assert names and all(pattern.match(n) for n in names), sorted(names)
 

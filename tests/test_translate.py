@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from spectally.engine_bridge.translate import (
     Untranslatable,
+    delivered_mismatch,
     lifecycle_event,
     parse_version,
     profile_for,
@@ -158,3 +159,34 @@ def test_profile_for(version: str, profile: str | None) -> None:
 def test_parse_version() -> None:
     assert parse_version("0.32.0rc1+cpu") == (0, 32, 0)
     assert profile_for("sglang", "0.1") is None
+
+
+def _delivered_record(outcome: str, delivered: object, sampled: int = 3) -> dict[str, object]:
+    return {"outcome": outcome, "sampled": sampled, "delivered": delivered}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "delivered", "ok"),
+    [
+        ("applied", None, True),  # not recorded: nothing to check
+        ("applied", 1, True),  # the bonus token alone
+        ("applied", 3, True),  # everything sampled
+        ("applied", 0, False),  # applied, yet nothing reached the request
+        ("applied", 4, False),  # more than was sampled
+        ("discarded_stale", 0, True),  # dropped stale output
+        ("discarded_stale", 2, False),  # delivered, so it was not dropped
+        ("discarded_finished", 1, False),
+        ("discarded_aborted", 0, True),
+        ("discarded_preempted", 0, True),
+    ],
+)
+def test_delivered_against_the_outcome(outcome: str, delivered: object, ok: bool) -> None:
+    bad = delivered_mismatch(_delivered_record(outcome, delivered))
+    assert (bad is None) is ok
+    if bad is not None:
+        assert bad.actual == delivered
+        assert bad.expected == ("1..3" if outcome == "applied" else "0")
+
+
+def test_delivered_absent_is_not_checked() -> None:
+    assert delivered_mismatch({"outcome": "discarded_stale", "sampled": 2}) is None
