@@ -21,10 +21,28 @@ FIXTURES = sorted((ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson*"))
 TRACES = ROOT / "tests" / "traces"
 
 
-def write(tmp_path: Path, records: list[dict[str, Any]], name: str = "log.ndjson") -> Path:
+def write(
+    tmp_path: Path, records: list[dict[str, Any]], name: str = "log.ndjson", complete: bool = True
+) -> Path:
+    """The log; ``complete`` ends it with the totals record an engine writes at shutdown (the
+    sum of its step_stats), so that it is judged whole."""
     path = tmp_path / name
+    if complete and records and records[0]["record"] == "header":
+        records = [*records, totals_of(records)]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+def totals_of(records: list[dict[str, Any]]) -> dict[str, Any]:
+    k = records[0]["num_speculative_tokens"]
+    sums = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+    per_pos = [0] * k
+    for r in records:
+        if r["record"] == "step_stats":
+            for name in sums:
+                sums[name] += r[name]
+            per_pos = [a + b for a, b in zip(per_pos, r["num_accepted_tokens_per_pos"])]
+    return {"record": "totals", "source": "test", **sums, "num_accepted_tokens_per_pos": per_pos}
 
 
 def header(**kw: Any) -> dict[str, Any]:
@@ -143,7 +161,7 @@ def test_finished_requests_are_dropped_from_memory() -> None:
         replayer.feed(n, parse_line("synthetic", n, raw[:-1], True))
     replayer.finish()
     assert replayer.engine is not None
-    assert replayer.requests > 100
+    assert replayer.tally.requests > 100
     assert len(replayer.engine.requests) <= 16  # only the running batch is kept
     assert not replayer.divergences
 
@@ -171,6 +189,7 @@ def _two_divergences(tmp_path: Path) -> Path:
             block(3, "a", sampled=2, accepted=1),
             stats(3, 1, 3, 1, [1, 0, 0, 0]),
         ],
+        complete=False,
     )
 
 
