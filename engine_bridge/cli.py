@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from spectally.exit_codes import ExitCode, combine
+
 from .records import BadInput
 
 if TYPE_CHECKING:
@@ -19,7 +21,8 @@ EXIT_HELP = """
 Exit codes: 0 every log agrees with the reference; 1 a divergence (the first divergent
 line is printed as file:line:column with the record, expected and actual counters and the
 reference state of the request); 2 bad input or usage (a malformed or misplaced record,
-printed as file:line:column: reason).
+printed as file:line:column: reason); 3 incomplete (a log that ends before its totals
+record: everything present agreed); 130 interrupted. Several logs: the most severe code.
 """
 
 
@@ -41,6 +44,13 @@ printed as file:line:column: reason).
     help="report up to N divergences per log instead of stopping at the first",
 )
 @click.option(
+    "--reference",
+    "plain",
+    is_flag=True,
+    help="replay every record through the reference machine, one event at a time (the"
+    " columnar checker is skipped; same verdicts, slower)",
+)
+@click.option(
     "--check-invariants",
     is_flag=True,
     help="also assert every reference invariant after every event (slow; always at the end)",
@@ -50,6 +60,7 @@ def replay(
     metrics: str | None,
     as_json: bool,
     keep_going: int,
+    plain: bool,
     check_invariants: bool,
 ) -> None:
     """Replay step logs (NDJSON, gzip or - for stdin) through the reference.
@@ -58,7 +69,9 @@ def replay(
     numbers (scheduled, invalid, accepted, step_stats, totals) are asserted against the
     reference's profile for that engine version (vllm-legacy for vLLM <= 0.32), while the
     rfc counters are computed alongside. The report ends with totals under both profiles,
-    derived metrics and the shift from legacy to rfc, explained.
+    derived metrics and the shift from legacy to rfc, explained. A columnar checker (the same
+    rules over whole arrays) judges agreeing logs fast; anything else is replayed through the
+    reference machine, which writes the report (--reference: always).
     """
     results: list[ReplayResult] = []
     for path in files:
@@ -68,6 +81,7 @@ def replay(
             metrics=metrics,
             check_invariants=check_invariants,
             progress=None if not as_json else False,
+            reference=plain,
         )
         results.append(result)
         if not as_json:
@@ -79,7 +93,7 @@ def replay(
     elif len(results) > 1:
         passed = sum(1 for r in results if r.status == "agree")
         click.echo(f"{passed} of {len(results)} logs agree with the reference")
-    sys.exit(max(r.exit_code for r in results))
+    sys.exit(int(combine([ExitCode(r.exit_code) for r in results])))
 
 
 @click.group("import")
