@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
-
 from spectally.exit_codes import ExitCode, combine
 
 from .records import BadInput

@@ -71,7 +71,7 @@ class RequestStep(msgspec.Struct, tag="request_step", **_STRUCT):
     verified: Count | None
     accepted: Count
     sampled: Count
-    delivered: Count | None | msgspec.UnsetType = msgspec.UNSET
+    delivered: Count | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class Request(msgspec.Struct, tag="request", **_STRUCT):

@@ -86,9 +86,7 @@ class RequestTable:
         self.close_line[slot] = INF_LINE
         self.requests += 1
 
-    def lifecycle(
-        self, events: list[tuple[int, Any]], last_step: int
-    ) -> list[str]:
+    def lifecycle(self, events: list[tuple[int, Any]], last_step: int) -> list[str]:
         """Apply the chunk's lifecycle records and discarded blocks, in line order; returns
         the ids that ended for good (freed at the end of the chunk, after the block checks
         read their intervals)."""
@@ -141,7 +139,11 @@ class RequestTable:
             done.append(rid)
         for rid, pending in self.pending.items():
             # An end with no block in flight: final once no block can follow (step + 1).
-            if pending.discard is None and pending.end is not None and pending.end_step + 1 < last_step:
+            if (
+                pending.discard is None
+                and pending.end is not None
+                and pending.end_step + 1 < last_step
+            ):
                 done.append(rid)
         if added and self.ended_next:
             seen = self.ended[: min(self.ended_next, ENDED_RING)]
@@ -166,9 +168,7 @@ class RequestTable:
                 raise Irregular("a discarded block still open at the end")
 
 
-def check_block_order(
-    slot: Ints, line: Ints, table: RequestTable, applied: Bools
-) -> None:
+def check_block_order(slot: Ints, line: Ints, table: RequestTable, applied: Bools) -> None:
     """Blocks only between their request's add and close lines (a discarded block is the
     line that closes it, checked by `RequestTable.lifecycle`)."""
     if (slot < 0).any():

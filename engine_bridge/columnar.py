@@ -22,10 +22,9 @@ from typing import Any
 
 import msgspec
 import numpy as np
-
+from spectally.reference.counters import Counters
 from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
-from spectally.reference.counters import Counters
 
 from .array_arith import Ints
 from .colblocks import BlockColumns, check_blocks
@@ -50,7 +49,7 @@ from .reference_replay import metrics_divergence
 from .report import ReplayResult, Tally, make_summary
 from .translate import Header
 
-KIND = {RequestStep: 0, Request: 1, StepStats: 2}
+KIND: dict[type, int] = {RequestStep: 0, Request: 1, StepStats: 2}
 _STEP = attrgetter("step")
 _REQUEST = attrgetter("request")
 MAX_EXACT_FLOAT = 2**53  # nullable columns pass through float (None -> nan) below this
@@ -69,10 +68,14 @@ def _nullable(records: Sequence[Any], name: str) -> Ints:
     return np.where(null, -1, values).astype(np.int64)
 
 
-def _delivered(records: Sequence[Any]) -> Ints:
+def _delivered(records: Sequence[Any], known: bool) -> Ints:
+    """The optional ``delivered`` column (-1: absent or null); a log that carries the field
+    while the schema does not know it goes to the reference (which then rejects it)."""
     values = list(map(attrgetter("delivered"), records))
     if values.count(msgspec.UNSET) == len(values):
         return np.full(len(values), -1, dtype=np.int64)
+    if not known:
+        raise Irregular("a delivered field the schema does not know")
     return np.array(
         [-1 if v is None or v is msgspec.UNSET else min(v, MAX_EXACT_FLOAT) for v in values],
         dtype=np.int64,
@@ -98,7 +101,9 @@ class Columnar:
         self.last_step = -1
         self.delivered_known = delivered_in_schema()
 
-    def run(self, source: str, lines: Sequence[tuple[int, bytes, bool]] | None, bar: Any) -> ReplayResult:
+    def run(
+        self, source: str, lines: Sequence[tuple[int, bytes, bool]] | None, bar: Any
+    ) -> ReplayResult:
         carry: list[Any] = []
         carry_lines: list[int] = []
         first = 1
@@ -113,9 +118,7 @@ class Columnar:
         self._steps(carry, carry_lines, final=True)
         return self._finish()
 
-    def _strip_dicts(
-        self, records: list[Any], numbers: list[int]
-    ) -> tuple[list[Any], list[int]]:
+    def _strip_dicts(self, records: list[Any], numbers: list[int]) -> tuple[list[Any], list[int]]:
         """Take the header (line 1) and the totals record (the last line) out of the records."""
         if self.totals_record is not None and records:
             raise Irregular("a record after the totals record")
@@ -197,11 +200,11 @@ class Columnar:
             verified=_nullable(blocks, "verified"),
             accepted=_ints(blocks, "accepted"),
             sampled=_ints(blocks, "sampled"),
-            delivered=_delivered(blocks),
+            delivered=_delivered(blocks, self.delivered_known),
             applied=applied,
             structured=self.table.structured[slot],
         )
-        result = check_blocks(mode, k, columns, self.delivered_known)
+        result = check_blocks(mode, k, columns)
         stats = _pick(records, ss_at)
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if any(len(p) != k for p in per_pos):

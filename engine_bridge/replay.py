@@ -13,8 +13,8 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from contextlib import ExitStack
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from .records import BadInput, iter_lines
@@ -171,6 +171,4 @@ def replay_reference(
     if replayer.header is not None and replayer.engine is not None and bad is None:
         totals = replayer.engine.totals
         summary = make_summary(path, replayer.header, replayer.tally, totals)
-    return ReplayResult(
-        path, status, replayer.divergences, bad, summary, replayer.notes, totals
-    )
+    return ReplayResult(path, status, replayer.divergences, bad, summary, replayer.notes, totals)
