@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterator, Sequence
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Annotated, Any, BinaryIO, Literal
 
 import msgspec
@@ -34,6 +36,7 @@ from .records import GZIP_MAGIC, BadInput, Record, load_schema, parse_line
 CHUNK_BYTES = 1 << 22  # decompressed bytes read at a time; memory is a few chunks
 MAX_INT = 2**63 - 1  # limits.py: integers at most 2**63 - 1
 
+Kinds = np.ndarray[Any, np.dtype[np.int8]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 RequestId = Annotated[str, msgspec.Meta(min_length=1)]
 OUTCOMES = (
@@ -107,7 +110,7 @@ def _keys(rec: Any) -> int:
     """Fields the decoded record had in its line (``record`` and the optional ones included);
     -1 for a header or totals line (always decoded again by `records.parse_line`)."""
     kind = type(rec)
-    n = _FIXED_KEYS.get(kind, -1)
+    n = _FIXED_KEYS.get(kind, -1)  # None (undecodable) and header/totals lines: -1
     if kind is RequestStep:
         return n + (rec.delivered is not msgspec.UNSET)
     if kind is Request:
@@ -174,41 +177,112 @@ def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> I
 # -- decoding ------------------------------------------------------------------------------------
 
 
-def decode_chunk(path: str, first_line: int, chunk: bytes) -> list[Any]:
+def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], Kinds]:
     """Decode one chunk of whole lines: one struct per line (header and totals: the dict of
-    `records.parse_line`).
+    `records.parse_line`), and each line's kind (`KIND`).
 
     Every line is vouched for by the typed decoder or decoded by `records.parse_line`; a line
     that one rejects raises `Irregular` (the reference replay reports it)."""
-    texts = chunk.split(b"\n")
-    has_last_newline = chunk.endswith(b"\n")
-    if has_last_newline:
-        texts.pop()
-    n = len(texts)
     records: list[Any] | None
     try:
         records = _DECODER.decode_lines(chunk)
     except (msgspec.DecodeError, msgspec.ValidationError):
         records = None
-    if records is not None and len(records) != n:
-        records = None  # an empty line (decode_lines skips it): line by line
-    if records is None:
-        records = []
-        for text in texts:
-            try:
-                records.append(_DECODER.decode(text))
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                records.append(None)
-    keys = np.fromiter(map(_keys, records), dtype=np.int64, count=n)
-    bad = np.flatnonzero(_key_marks(chunk, n) != keys)
-    for i in bad.tolist():
-        lineno = first_line + i
-        has_newline = has_last_newline or i < n - 1
+    kinds = _keys_match(chunk, records) if records is not None else None
+    if records is not None and kinds is not None:
+        n = len(records)
+        if n and type(records[0]) is HeaderLine:
+            records[0] = _reparse(path, first_line, chunk[: chunk.find(b"\n")], True)
+        if n and type(records[-1]) is TotalsLine:
+            start = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1
+            text = chunk[start:]
+            records[-1] = _reparse(
+                path, first_line + n - 1, text.rstrip(b"\n"), text.endswith(b"\n")
+            )
+        return records, kinds
+    n = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
+    records = _decode_lines_one_by_one(path, first_line, chunk, n)
+    return records, np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
+
+
+def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
+    """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
+
+    In a line without JSON whitespace every key is followed by ``:``, so a line has at least
+    as many colons as keys, and at least as many keys as fields decoded; if the chunk's colons
+    equal the fields decoded (header and totals lines aside), every line has exactly one key
+    per field decoded. (Counting fewer fields than were decoded only sends the chunk to the
+    line-by-line check.) Returns the lines' kinds, or None when the chunk must be checked line
+    by line. Without whitespace and empty lines, decoded records and lines correspond."""
+    if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
+        return None
+    n = len(records)
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    if n != int(np.count_nonzero(data == 10)) + (not chunk.endswith(b"\n")):
+        return None  # an empty line, which decode_lines skips
+    kinds = np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
+    per_kind = np.bincount(kinds, minlength=6)
+    head = int(kinds[0] == 3)
+    tail = int(n > 1 and kinds[-1] == 4)
+    if per_kind[3] + per_kind[4] != head + tail or per_kind[5]:
+        return None  # a header or totals line is vouched for only first / last in a chunk
+    fields = 12 * int(per_kind[0]) + 4 * int(per_kind[1]) + 6 * int(per_kind[2])
+    if per_kind[1]:
+        fields += sum(map(_keys, itemgetter_list(records, np.flatnonzero(kinds == 1)))) - 4 * int(
+            per_kind[1]
+        )
+    if per_kind[0]:
+        steps = itemgetter_list(records, np.flatnonzero(kinds == 0))
+        fields += len(steps) - list(map(_DELIVERED, steps)).count(msgspec.UNSET)
+    start = chunk.find(b"\n") + 1 if head else 0
+    end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
+    return kinds if int(np.count_nonzero(data[start:end] == 58)) == fields else None  # ":"
+
+
+def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:
+    """``[records[i] for i in index]``, in one C call."""
+    if len(index) == 0:
+        return []
+    if len(index) == 1:
+        return [records[int(index[0])]]
+    return list(itemgetter(*index.tolist())(records))
+
+
+KIND: dict[type, int] = {
+    RequestStep: 0,
+    Request: 1,
+    StepStats: 2,
+    HeaderLine: 3,
+    TotalsLine: 4,
+}
+_DELIVERED = attrgetter("delivered")
+
+
+def _reparse(path: str, lineno: int, text: bytes, has_newline: bool) -> Any:
+    try:
+        rec: Record = parse_line(path, lineno, text, has_newline)
+    except BadInput as exc:
+        raise Irregular(str(exc)) from None
+    return _from_dict(rec)
+
+
+def _decode_lines_one_by_one(path: str, first_line: int, chunk: bytes, n: int) -> list[Any]:
+    """`decode_chunk` line by line: each line the typed decoder does not vouch for (a decoding
+    error, a possibly repeated key) goes to `records.parse_line`."""
+    texts = chunk.split(b"\n")
+    has_last_newline = chunk.endswith(b"\n")
+    if has_last_newline:
+        texts.pop()
+    records: list[Any] = []
+    for text in texts:
         try:
-            rec: Record = parse_line(path, lineno, texts[i], has_newline)
-        except BadInput as exc:
-            raise Irregular(str(exc)) from None
-        records[i] = _from_dict(rec)
+            records.append(_DECODER.decode(text))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            records.append(None)
+    keys = np.fromiter(map(_keys, records), dtype=np.int64, count=n)
+    for i in np.flatnonzero(_key_marks(chunk, n) != keys).tolist():
+        has_newline = has_last_newline or i < n - 1
+        records[i] = _reparse(path, first_line + i, texts[i], has_newline)
     return records
 
 

@@ -17,6 +17,7 @@ reference's `Counters`), tallies and shift terms.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -34,6 +35,7 @@ from .colread import (
     RequestStep,
     StepStats,
     byte_chunks,
+    itemgetter_list,
     decode_chunk,
     delivered_in_schema,
 )
@@ -49,9 +51,9 @@ from .reference_replay import metrics_divergence
 from .report import ReplayResult, Tally, make_summary
 from .translate import Header
 
-KIND: dict[type, int] = {RequestStep: 0, Request: 1, StepStats: 2}
 _STEP = attrgetter("step")
 _REQUEST = attrgetter("request")
+_OUTCOME = attrgetter("outcome")
 MAX_EXACT_FLOAT = 2**53  # nullable columns pass through float (None -> nan) below this
 
 
@@ -59,9 +61,25 @@ def _ints(records: Sequence[Any], name: str) -> Ints:
     return np.fromiter(map(attrgetter(name), records), dtype=np.int64, count=len(records))
 
 
+_BLOCK_INTS = attrgetter("proposed", "padding", "scheduled", "accepted", "sampled")
+
+
+def _block_ints(blocks: Sequence[Any]) -> Ints:
+    """The five always-present counts of the blocks, one row each (one pass)."""
+    n = len(blocks)
+    flat = np.fromiter(chain.from_iterable(map(_BLOCK_INTS, blocks)), np.int64, 5 * n)
+    return flat.reshape(n, 5)
+
+
 def _nullable(records: Sequence[Any], name: str) -> Ints:
     """A column of ``int | None`` as int64 with -1 for null."""
-    values = np.array(list(map(attrgetter(name), records)), dtype=np.float64)
+    listed = list(map(attrgetter(name), records))
+    nulls = listed.count(None)
+    if nulls == len(listed):
+        return np.full(len(listed), -1, dtype=np.int64)
+    if nulls == 0:
+        return np.fromiter(listed, np.int64, len(listed))
+    values = np.array(listed, dtype=np.float64)
     null = np.isnan(values)
     if (values[~null] > MAX_EXACT_FLOAT).any():
         raise Irregular(f"{name} too large for the columnar checker")
@@ -83,7 +101,7 @@ def _delivered(records: Sequence[Any], known: bool) -> Ints:
 
 
 def _pick(records: list[Any], index: Ints) -> list[Any]:
-    return [records[i] for i in index.tolist()]
+    return itemgetter_list(records, index)
 
 
 class Columnar:
@@ -105,24 +123,33 @@ class Columnar:
         self, source: str, lines: Sequence[tuple[int, bytes, bool]] | None, bar: Any
     ) -> ReplayResult:
         carry: list[Any] = []
-        carry_lines: list[int] = []
-        first = 1
+        carry_kinds = np.zeros(0, dtype=np.int8)
+        carry_line = first = 1  # the line of carry[0]; a batch's records are consecutive lines
         for chunk in byte_chunks(source, lines):
-            records = decode_chunk(self.path, first, chunk)
-            numbers = list(range(first, first + len(records)))
+            records, kinds = decode_chunk(self.path, first, chunk)
+            start = first
             first += len(records)
             if bar is not None:
                 bar.update(len(records))
-            records, numbers = self._strip_dicts(records, numbers)
-            carry, carry_lines = self._steps(carry + records, carry_lines + numbers, final=False)
-        self._steps(carry, carry_lines, final=True)
+            records, start, kinds = self._strip_dicts(records, start, kinds)
+            if not carry:
+                carry_line = start
+            elif len(kinds):
+                kinds = np.concatenate([carry_kinds, kinds])
+            carry, carry_line, carry_kinds = self._steps(
+                carry + records, carry_line, kinds, final=False
+            )
+        self._steps(carry, carry_line, carry_kinds, final=True)
         return self._finish()
 
-    def _strip_dicts(self, records: list[Any], numbers: list[int]) -> tuple[list[Any], list[int]]:
-        """Take the header (line 1) and the totals record (the last line) out of the records."""
+    def _strip_dicts(
+        self, records: list[Any], start: int, kinds: Ints
+    ) -> tuple[list[Any], int, Ints]:
+        """Take the header (line 1) and the totals record (the last line) out of the records
+        (lines ``start``, ``start + 1``, ...); returns the rest and its first line."""
         if self.totals_record is not None and records:
             raise Irregular("a record after the totals record")
-        if numbers and numbers[0] == 1:
+        if records and start == 1:
             head = records[0]
             if type(head) is not dict or head["record"] != "header":
                 raise Irregular("the first record is not the header")
@@ -134,40 +161,41 @@ class Columnar:
                 raise Irregular("no counting profile")
             self.header = header
             self.tally.counts["header"] += 1
-            records, numbers = records[1:], numbers[1:]
+            records, start, kinds = records[1:], 2, kinds[1:]
         if records and type(records[-1]) is dict and records[-1]["record"] == "totals":
-            self.totals_record = (numbers[-1], records[-1])
+            self.totals_record = (start + len(records) - 1, records[-1])
             self.tally.counts["totals"] += 1
-            records, numbers = records[:-1], numbers[:-1]
-        if any(type(r) is dict for r in records):
-            raise Irregular("a header or totals record out of place")
-        return records, numbers
+            records, kinds = records[:-1], kinds[:-1]
+        return records, start, kinds
 
     def _steps(
-        self, records: list[Any], numbers: list[int], final: bool
-    ) -> tuple[list[Any], list[int]]:
-        """Check the records of whole steps; return the last (maybe unfinished) step's."""
+        self, records: list[Any], start: int, kinds: Ints, final: bool
+    ) -> tuple[list[Any], int, Ints]:
+        """Check the records of whole steps (lines ``start``, ...); return the last (maybe
+        unfinished) step's records and their first line."""
         if not records:
-            return [], []
+            return [], start, kinds
         if self.header is None:
             raise Irregular("no header")
+        if (kinds > 2).any():
+            raise Irregular("a header or totals record out of place")
         steps = np.fromiter(map(_STEP, records), dtype=np.int64, count=len(records))
         if steps[0] < self.last_step or (steps[1:] < steps[:-1]).any():
             raise Irregular("a step went backwards")
         cut = len(records) if final else int(np.searchsorted(steps, steps[-1]))
         if cut == 0:
-            return records, numbers
-        self._check(records[:cut], np.asarray(numbers[:cut], dtype=np.int64), steps[:cut])
-        return records[cut:], numbers[cut:]
+            return records, start, kinds
+        lines = np.arange(start, start + cut, dtype=np.int64)
+        self._check(records[:cut], lines, steps[:cut], kinds[:cut])
+        return records[cut:], start + cut, kinds[cut:]
 
-    def _check(self, records: list[Any], lines: Ints, steps: Ints) -> None:
+    def _check(self, records: list[Any], lines: Ints, steps: Ints, kinds: Ints) -> None:
         header = self.header
         assert header is not None
         mode, k = header.mode, header.k
         new = np.count_nonzero(steps[1:] != steps[:-1]) + int(steps[0] != self.last_step)
         self.tally.steps += int(new)
         self.last_step = int(steps[-1])
-        kinds = np.fromiter(map(KIND.__getitem__, map(type, records)), np.int8, len(records))
         rs_at = np.flatnonzero(kinds == 0)
         rq_at = np.flatnonzero(kinds == 1)
         ss_at = np.flatnonzero(kinds == 2)
@@ -176,9 +204,11 @@ class Columnar:
         counts["request_step"] += len(rs_at)
         counts["request"] += len(rq_at)
         counts["step_stats"] += len(ss_at)
-        applied = np.fromiter(
-            (o == "applied" for o in map(attrgetter("outcome"), blocks)), np.bool_, len(blocks)
-        )
+        outcomes = list(map(_OUTCOME, blocks))
+        if outcomes.count("applied") == len(outcomes):
+            applied = np.ones(len(outcomes), dtype=np.bool_)
+        else:
+            applied = np.fromiter(map("applied".__eq__, outcomes), np.bool_, len(outcomes))
         # Lifecycle records and discarded blocks, in line order, through the request table.
         discarded = rs_at[~applied]
         order = np.sort(np.concatenate([rq_at, discarded]))
@@ -191,15 +221,16 @@ class Columnar:
         block_lines, block_steps = lines[rs_at], steps[rs_at]
         check_block_order(slot, block_lines, self.table, applied)
         check_one_block_per_step(block_steps, slot)
+        counts5 = _block_ints(blocks)
         columns = BlockColumns(
-            proposed=_ints(blocks, "proposed"),
-            padding=_ints(blocks, "padding"),
+            proposed=counts5[:, 0],
+            padding=counts5[:, 1],
             grammar_valid=_nullable(blocks, "grammar_valid"),
-            scheduled=_ints(blocks, "scheduled"),
+            scheduled=counts5[:, 2],
             invalid=_nullable(blocks, "invalid"),
             verified=_nullable(blocks, "verified"),
-            accepted=_ints(blocks, "accepted"),
-            sampled=_ints(blocks, "sampled"),
+            accepted=counts5[:, 3],
+            sampled=counts5[:, 4],
             delivered=_delivered(blocks, self.delivered_known),
             applied=applied,
             structured=self.table.structured[slot],
@@ -207,7 +238,7 @@ class Columnar:
         result = check_blocks(mode, k, columns)
         stats = _pick(records, ss_at)
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
-        if any(len(p) != k for p in per_pos):
+        if not set(map(len, per_pos)) <= {k}:
             raise Irregular("a per-position vector whose length is not k")
         values = np.zeros((len(stats), 3 + k), dtype=np.int64)
         if stats:
