@@ -33,7 +33,7 @@ import numpy as np
 
 from .records import GZIP_MAGIC, BadInput, Record, load_schema, parse_line
 
-CHUNK_BYTES = 1 << 22  # decompressed bytes read at a time; memory is a few chunks
+CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 MAX_INT = 2**63 - 1  # limits.py: integers at most 2**63 - 1
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]

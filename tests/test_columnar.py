@@ -359,8 +359,9 @@ def test_a_wrong_fold_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     reference's on a real log."""
     original = colblocks.fold_counters
 
-    def wrong(mode: Mode, k: int, x: Any) -> Any:
-        return original(mode, k, x.__class__(**{**x.__dict__, "av_cap": x.schedule_cap}))
+    def wrong(mode: Mode, k: int, x: Any, *weights: Any) -> Any:
+        wrong_x = x.__class__(**{**x.__dict__, "av_cap": x.schedule_cap})
+        return original(mode, k, wrong_x, *weights)
 
     monkeypatch.setattr(colblocks, "fold_counters", wrong)
     with pytest.raises(AssertionError):
