@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from .array_arith import Bools, Ints
@@ -106,6 +107,8 @@ class RequestTable:
                     continue
                 if event not in END_OUTCOME:
                     raise Irregular(f"a {event} record (left to the reference)")
+                if rec.drop_stale_output is not msgspec.UNSET:
+                    raise Irregular("drop_stale_output on a request that is not preempted")
                 slot = self.slots[rid]
                 pending = self.pending.get(rid)
                 if slot < 0 or (pending is not None and pending.end is not None):
@@ -181,9 +184,9 @@ def check_block_order(slot: Ints, line: Ints, table: RequestTable, applied: Bool
 def check_one_block_per_step(step: Ints, slot: Ints) -> None:
     if len(step) < 2:
         return
-    key = step * (int(slot.max()) + 1) + slot
-    key.sort()
-    if (key[1:] == key[:-1]).any():
+    order = np.lexsort((slot, step))
+    step, slot = step[order], slot[order]
+    if ((step[1:] == step[:-1]) & (slot[1:] == slot[:-1])).any():
         raise Irregular("two blocks of one request in one step")
 
 

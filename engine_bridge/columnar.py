@@ -17,7 +17,7 @@ reference's `Counters`), tallies and shift terms.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, repeat
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -31,13 +31,11 @@ from .array_arith import Ints
 from .colblocks import BlockColumns, check_blocks
 from .colread import (
     Irregular,
-    Request,
-    RequestStep,
-    StepStats,
+    Kinds,
     byte_chunks,
-    itemgetter_list,
     decode_chunk,
     delivered_in_schema,
+    itemgetter_list,
 )
 from .colseq import (
     RequestTable,
@@ -54,6 +52,7 @@ from .translate import Header
 _STEP = attrgetter("step")
 _REQUEST = attrgetter("request")
 _OUTCOME = attrgetter("outcome")
+STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # nullable columns pass through float (None -> nan) below this
 
 
@@ -143,8 +142,8 @@ class Columnar:
         return self._finish()
 
     def _strip_dicts(
-        self, records: list[Any], start: int, kinds: Ints
-    ) -> tuple[list[Any], int, Ints]:
+        self, records: list[Any], start: int, kinds: Kinds
+    ) -> tuple[list[Any], int, Kinds]:
         """Take the header (line 1) and the totals record (the last line) out of the records
         (lines ``start``, ``start + 1``, ...); returns the rest and its first line."""
         if self.totals_record is not None and records:
@@ -169,8 +168,8 @@ class Columnar:
         return records, start, kinds
 
     def _steps(
-        self, records: list[Any], start: int, kinds: Ints, final: bool
-    ) -> tuple[list[Any], int, Ints]:
+        self, records: list[Any], start: int, kinds: Kinds, final: bool
+    ) -> tuple[list[Any], int, Kinds]:
         """Check the records of whole steps (lines ``start``, ...); return the last (maybe
         unfinished) step's records and their first line."""
         if not records:
@@ -189,7 +188,7 @@ class Columnar:
         self._check(records[:cut], lines, steps[:cut], kinds[:cut])
         return records[cut:], start + cut, kinds[cut:]
 
-    def _check(self, records: list[Any], lines: Ints, steps: Ints, kinds: Ints) -> None:
+    def _check(self, records: list[Any], lines: Ints, steps: Ints, kinds: Kinds) -> None:
         header = self.header
         assert header is not None
         mode, k = header.mode, header.k
@@ -317,4 +316,10 @@ def replay_columnar(
     try:
         return Columnar(path, metrics).run(source or path, lines, bar)
     except Irregular:
+        return None
+    except Exception:
+        # A fault of the columnar code on some input must not decide a verdict either: the
+        # reference judges the log (the tests set STRICT so that such a fault fails them).
+        if STRICT:
+            raise
         return None

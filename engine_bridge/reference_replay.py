@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from operator import add
 from typing import Any
 
@@ -33,13 +32,13 @@ from spectally.reference.events import Accept, Event, StepBegin
 from spectally.reference.invariants import check_invariants
 from spectally.reference.machine import Engine, EngineConfig, RequestState
 from spectally.reference.step import (
-    LegacyStepCounts,
     Mode,
     legacy_scheduled_invalid,
     legacy_step,
     pipeline,
 )
 
+from .accounts import Claim, Held, StepAccount, StopReplay, event_text, metrics_divergence
 from .records import BadInput, Record, parse_line
 from .report import LEGACY_FIELDS, Divergence, Tally, column, fmt, rows, shift_terms
 from .translate import (
@@ -53,67 +52,7 @@ from .translate import (
 
 ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
 
-
-class StopReplay(Exception):
-    """Raised internally when the divergence limit is reached."""
-
-
-@dataclass
-class StepAccount:
-    """The legacy counts the reference predicts for one engine step, and what the engine said."""
-
-    step: int
-    k: int
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    per_pos: list[int] = field(default_factory=list)
-    # (line, request, (legacy num_drafts, num_draft_tokens, num_accepted_tokens)) per block
-    blocks: list[tuple[int, str, tuple[int, int, int]]] = field(default_factory=list)
-    tainted: str | None = None
-    # The step's step_stats record (line, record), compared when the step closes, so that a
-    # request_step after it is bad input whatever the divergence limit.
-    stats: tuple[int, Record] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.per_pos:
-            self.per_pos = [0] * self.k
-
-    def add(self, line: int, rid: str, lg: LegacyStepCounts[int]) -> None:
-        """One block of the step and the legacy counts it adds."""
-        self.blocks.append(
-            (line, rid, (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens))
-        )
-        self.num_drafts += lg.num_drafts
-        self.num_draft_tokens += lg.num_draft_tokens
-        self.num_accepted_tokens += lg.num_accepted_tokens
-        for i in range(lg.num_accepted_tokens):
-            self.per_pos[i] += 1
-
-    def values(self) -> tuple[int, int, int, list[int]]:
-        return self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens, self.per_pos
-
-    def empty(self) -> bool:
-        return self.num_drafts == 0 and self.num_draft_tokens == 0 and not any(self.per_pos)
-
-
-@dataclass
-class Held:
-    """A lifecycle record whose event waits for the discarded blocks that follow it."""
-
-    event: Event
-    line: int
-    record: Record
-    step: int
-
-
-@dataclass
-class Claim:
-    """A request_step record whose outcome the reference confirms only when the block closes."""
-
-    line: int
-    outcome: str
-    record: Record
+__all__ = ["ENDED_MEMORY", "Replayer", "StopReplay", "metrics_divergence"]
 
 
 class Replayer:
@@ -495,7 +434,7 @@ class Replayer:
                 1,
                 rec["record"],
                 rec.get("step"),
-                f"the reference rejects {_event_text(event)}: {exc.reason}",
+                f"the reference rejects {event_text(event)}: {exc.reason}",
                 rec,
                 [],
                 [f"request {rid!r}: {exc.state}", *self._counters(rid)],
@@ -516,7 +455,7 @@ class Replayer:
                 "request_step",
                 c.step,
                 f"the record claims {claim.outcome}; the reference closes the block as"
-                f" {c.outcome.value} (at line {line}: {_event_text(event)})",
+                f" {c.outcome.value} (at line {line}: {event_text(event)})",
                 claim.record,
                 [("outcome", c.outcome.value, claim.outcome)],
                 self._state(c.request),
@@ -534,7 +473,7 @@ class Replayer:
                 column(rec, "accepted"),
                 "request_step",
                 rec["step"],
-                f"the reference rejects {_event_text(accept)}: {exc.reason}",
+                f"the reference rejects {event_text(accept)}: {exc.reason}",
                 rec,
                 [],
                 [f"request {accept.request!r}: {exc.state}", *self._counters(accept.request)],
@@ -676,45 +615,3 @@ class Replayer:
         if divergence is not None:
             self.tally.failed += 1
             self.divergences.append(divergence)
-
-
-def metrics_divergence(
-    metrics_path: str, header: Header, ref: tuple[Any, ...], log_path: str
-) -> Divergence | None:
-    """The final Prometheus scrape against the reference's vllm-legacy totals ``ref``
-    (num_drafts, num_draft_tokens, num_accepted_tokens, per-position); None when they agree."""
-    from .importers.prometheus import read_scrapes, spec_totals
-
-    scrapes = read_scrapes([metrics_path])
-    if not scrapes:
-        raise BadInput(metrics_path, 1, 1, "no Prometheus samples found")
-    last = scrapes[-1]
-    engine = None if header.engine_index is None else str(header.engine_index)
-    got = spec_totals(last, header.k, engine=engine)
-    table = rows(ref, got)
-    if all(e == a for _, e, a in table):
-        return None
-    return Divergence(
-        last.path,
-        last.line,
-        1,
-        "metrics",
-        None,
-        f"the final Prometheus scrape ({last.path}) differs from the reference's"
-        " vllm-legacy totals",
-        None,
-        table,
-        [f"replayed log: {log_path}"],
-    )
-
-
-def _event_text(event: Event) -> str:
-    name = type(event).__name__
-    count = getattr(event, "num_tokens", getattr(event, "num_slots", None))
-    rid = getattr(event, "request", None)
-    step = getattr(event, "step", None)
-    if count is not None:
-        return f"{name}({count}) for {rid!r} at step {step}"
-    if rid is not None:
-        return f"{name} of {rid!r} at step {step}"
-    return f"{name}({step})"

@@ -38,6 +38,12 @@ LOGS = sorted(
 )
 
 
+@pytest.fixture(autouse=True)
+def strict_columnar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault of the columnar code fails these tests instead of falling back silently."""
+    monkeypatch.setattr(columnar, "STRICT", True)
+
+
 def same(path: Path | str, **kw: Any) -> tuple[Any, Any]:
     """Replay both ways; assert every visible part of the result is the same."""
     fast = replay_file(str(path), progress=False, **kw)
@@ -124,6 +130,28 @@ MUTATIONS: dict[str, Any] = {
     "escaped id": lambda r: r.replace(b'"request":"c', b'"request":"\\u0063', 1),
     "removed": lambda r: None,
 }
+
+
+REQUEST_MUTATIONS: dict[str, Any] = {
+    "drop_stale_output on a finish": lambda r: r[:-2] + b',"drop_stale_output":true}\n',
+    "structured on a finish": lambda r: r[:-2] + b',"structured":true}\n',
+    "reason not a string": lambda r: r[:-2] + b',"reason":1}\n',
+    "unknown event": lambda r: r.replace(b'"finish"', b'"finnish"', 1),
+    "finish twice": lambda r: r + r,
+    "finish becomes abort": lambda r: r.replace(b'"finish"', b'"abort"', 1),
+    "removed": lambda r: None,
+}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("name", sorted(REQUEST_MUTATIONS))
+def test_bad_lifecycle_records(tmp_path: Path, name: str, mode: str) -> None:
+    lines = _base(mode)
+    at = next(i for i, raw in enumerate(lines) if b'"finish"' in raw and i > 20)
+    path = tmp_path / "log.ndjson"
+    path.write_bytes(_mutate(lines, at, REQUEST_MUTATIONS[name](lines[at])))
+    same(path)
+    same(path, max_divergences=3)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -41,7 +41,8 @@ def totals_of(records: list[dict[str, Any]]) -> dict[str, Any]:
         if r["record"] == "step_stats":
             for name in sums:
                 sums[name] += r[name]
-            per_pos = [a + b for a, b in zip(per_pos, r["num_accepted_tokens_per_pos"], strict=True)]
+            step_pos = r["num_accepted_tokens_per_pos"]
+            per_pos = [a + b for a, b in zip(per_pos, step_pos, strict=True)]
     return {"record": "totals", "source": "test", **sums, "num_accepted_tokens_per_pos": per_pos}
 
 
