@@ -394,3 +394,50 @@ def test_a_wrong_fold_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(colblocks, "fold_counters", wrong)
     with pytest.raises(AssertionError):
         same(ROOT / "tests" / "traces" / "agree" / "async_av_rfc_row.ndjson")
+
+
+def _columns(**kw: Any) -> colblocks.BlockColumns:
+    base: dict[str, Any] = dict(
+        proposed=[3, 3],
+        padding=[0, 0],
+        grammar_valid=[-1, -1],
+        scheduled=[3, 3],
+        invalid=[-1, -1],
+        verified=[-1, -1],
+        accepted=[1, 0],
+        sampled=[2, 0],
+        delivered=[-1, -1],
+        applied=[True, False],
+        structured=[False, False],
+    )
+    base.update(kw)
+    return colblocks.BlockColumns(**{name: np.array(v) for name, v in base.items()})
+
+
+@pytest.mark.parametrize(
+    ("delivered", "ok"),
+    [
+        ([-1, -1], True),  # not recorded
+        ([1, 0], True),
+        ([2, 0], True),  # 1 <= delivered <= sampled for an applied block
+        ([0, 0], False),  # applied, nothing delivered
+        ([3, 0], False),  # more than sampled
+        ([1, 1], False),  # a discarded block delivered something
+    ],
+)
+def test_delivered_rule(delivered: list[int], ok: bool) -> None:
+    """BRIEF interface 3: applied needs 1 <= delivered <= sampled, discarded needs 0."""
+    columns = _columns(delivered=delivered)
+    if ok:
+        colblocks.check_blocks(Mode.SYNC, 3, columns)
+    else:
+        with pytest.raises(Irregular):
+            colblocks.check_blocks(Mode.SYNC, 3, columns)
+
+
+def test_counts_far_above_k_are_checked_unpacked() -> None:
+    """A count that does not fit the shape key takes the unpacked path (and is refused)."""
+    with pytest.raises(Irregular):
+        colblocks.check_blocks(Mode.SYNC, 3, _columns(sampled=[2, 10**12]))
+    result = colblocks.check_blocks(Mode.SYNC, 3, _columns(invalid=[-1, 10**12], scheduled=[3, 0]))
+    assert result.counters.rfc.discarded_steps == 1
