@@ -35,6 +35,7 @@ from .records import GZIP_MAGIC, BadInput, Record, load_schema, parse_line
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 MAX_INT = 2**63 - 1  # limits.py: integers at most 2**63 - 1
+MAX_LINE_BYTES = 1 << 20  # limits.py: a line at most 1 MiB
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
@@ -218,8 +219,13 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
         return None
     n = len(records)
     data = np.frombuffer(chunk, dtype=np.uint8)
-    if n != int(np.count_nonzero(data == 10)) + (not chunk.endswith(b"\n")):
+    ends = np.flatnonzero(data == 10)
+    if n != len(ends) + (not chunk.endswith(b"\n")):
         return None  # an empty line, which decode_lines skips
+    if len(chunk) > MAX_LINE_BYTES and np.diff(ends, prepend=-1, append=len(chunk)).max() > (
+        MAX_LINE_BYTES + 1
+    ):
+        return None  # a line over the limit: the reference decoder says so
     kinds = np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
     per_kind = np.bincount(kinds, minlength=6)
     head = int(kinds[0] == 3)
@@ -280,6 +286,7 @@ def _decode_lines_one_by_one(path: str, first_line: int, chunk: bytes, n: int) -
         except (msgspec.DecodeError, msgspec.ValidationError):
             records.append(None)
     keys = np.fromiter(map(_keys, records), dtype=np.int64, count=n)
+    keys[np.fromiter(map(len, texts), np.int64, n) > MAX_LINE_BYTES] = -1  # the limit's message
     for i in np.flatnonzero(_key_marks(chunk, n) != keys).tolist():
         has_newline = has_last_newline or i < n - 1
         records[i] = _reparse(path, first_line + i, texts[i], has_newline)

@@ -441,3 +441,24 @@ def test_counts_far_above_k_are_checked_unpacked() -> None:
         colblocks.check_blocks(Mode.SYNC, 3, _columns(sampled=[2, 10**12]))
     result = colblocks.check_blocks(Mode.SYNC, 3, _columns(invalid=[-1, 10**12], scheduled=[3, 0]))
     assert result.counters.rfc.discarded_steps == 1
+
+
+def test_a_line_over_the_limit_is_left_to_the_reference_decoder(tmp_path: Path) -> None:
+    lines = _base()
+    at = _step_line(lines)
+    rid = json.loads(lines[at])["request"]
+    long_id = "x" * (1 << 20)
+    lines = [raw.replace(rid.encode(), long_id.encode()) for raw in lines]
+    path = tmp_path / "log.ndjson"
+    path.write_bytes(b"".join(lines))
+    same(path)
+
+
+def test_a_log_with_no_steps(tmp_path: Path) -> None:
+    lines = _base()
+    path = tmp_path / "log.ndjson"
+    zero = {"record": "totals", "source": "t", "num_drafts": 0, "num_draft_tokens": 0}
+    zero.update(num_accepted_tokens=0, num_accepted_tokens_per_pos=[0] * 8)
+    path.write_bytes(lines[0] + json.dumps(zero).encode() + b"\n")
+    fast, _ = same(path)
+    assert fast.status == "agree" and columnar_agrees(path)
