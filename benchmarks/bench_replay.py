@@ -1,18 +1,25 @@
-"""Replay throughput against JSON parse-only, and replay peak memory on large generated logs.
+"""Replay throughput against JSON parse-only, the vector part alone, and peak memory.
 
-    python benchmarks/bench_replay.py            # rate on 200k records; memory at 1M and 10M
-    python benchmarks/bench_replay.py --quick    # rate on 10k records; memory at 10k and 100k
+    python benchmarks/bench_replay.py                  # 1M records per log; memory at 1M, 10M
+    python benchmarks/bench_replay.py --quick          # 100k records; memory at 100k, 1M
+    python benchmarks/bench_replay.py --memory-sizes 0 # throughput only
 
-Throughput: one synthetic async log (spectally.engine_bridge.synth) is written to a temporary
-file; the same file is read (1) parse-only: every line through ``json.loads`` and (2) replayed
-(``replay_file``: validation, translation, the reference engine, every check). Both are
-reported as request-steps per second; the ratio replay / parse is the figure of merit (target
->= 0.5).
+Two synthetic async logs are written to temporary files: ``uniform``
+(spectally.engine_bridge.synth: k = 4, batch 32, few distinct block shapes) and ``varied``
+(spectally.engine_bridge.synth_varied: k = 8, AV, 35 % structured with grammar cuts,
+padding, budget cuts, 64-256 drifting requests, uuid ids, finishes and aborts). For each, in
+the same process and run, best of 3, CPU time (``time.process_time``):
 
-Memory: each size runs in a fresh subprocess that replays a log generated on the fly (never
-written, never held) and reports its peak RSS (VmHWM on Linux, else ``resource.getrusage``;
-the whole process: interpreter, imports and the run, not the parent's size). Flat = the peak
-does not grow with the log.
+* parse-only baselines over the same file: ``json.loads`` per line, ``orjson.loads`` per line,
+  msgspec ``decode_lines`` (untyped) per 4 MiB;
+* ``replay_file`` end to end (the columnar checker; the result must be "agree");
+* the vector part alone: the time spent inside the whole-array checks (colblocks.check_blocks
+  and colseq.check_step_stats) during that replay;
+* the plain reference replay (``--reference``) on the first ``--reference-records`` records.
+
+Memory: each size runs in a fresh subprocess that replays a ``varied`` log written beforehand
+and reports its peak RSS (VmHWM: interpreter, imports and the run). Flat = the peak does not
+grow with the log. Figures go to stdout as a table; docs/replay.md records a run.
 """
 
 from __future__ import annotations
@@ -20,131 +27,194 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from spectally.engine_bridge import synth
-from spectally.engine_bridge.records import iter_lines
+import msgspec
+import orjson
+from spectally.engine_bridge import colblocks, columnar, synth, synth_varied
 from spectally.engine_bridge.replay import replay_file
+
+GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
+    "uniform": lambda n, seed: synth.lines(n, seed=seed),
+    "varied": lambda n, seed: synth_varied.lines(n, seed=seed),
+}
 
 
 def _peak_rss_mb() -> float:
-    """This process's peak RSS. On Linux, VmHWM: the high-water mark of the process's own
-    memory since its exec. (``ru_maxrss`` keeps the RSS of the parent at fork/exec, so a child
-    started after the throughput run would report at least the parent's size.)"""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0  # kB
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return peak / 1024.0
+    """This process's peak RSS (VmHWM: the high-water mark since exec, not the parent's)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
 
 
-def rate(n_records: int) -> dict[str, float]:
-    with tempfile.NamedTemporaryFile("wb", suffix=".ndjson", delete=False) as f:
-        path = f.name
-        for line in synth.lines(n_records, seed=1):
+def write_log(kind: str, n: int, path: str) -> dict[str, Any]:
+    """Write the log; count its records, request-steps and distinct request_step shapes."""
+    shapes: set[bytes] = set()
+    records = steps = 0
+    with open(path, "wb") as f:
+        for line in GENERATORS[kind](n, 1):
             f.write(line)
+            records += 1
+            if line.startswith(b'{"record":"request_step"'):
+                steps += 1
+                # the shape: everything but the step and the request id
+                rest = line[line.index(b'"proposed"') :]
+                shapes.add(rest)
+    return {"records": records, "request_steps": steps, "shapes": len(shapes)}
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def parse_json(path: str) -> None:
+    loads = json.loads
+    with open(path, "rb") as f:
+        for line in f:
+            loads(line)
+
+
+def parse_orjson(path: str) -> None:
+    loads = orjson.loads
+    with open(path, "rb") as f:
+        for line in f:
+            loads(line)
+
+
+def parse_msgspec(path: str) -> None:
+    decode = msgspec.json.Decoder().decode_lines
+    rest = b""
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            cut = block.rfind(b"\n") + 1
+            decode(rest + block[:cut])
+            rest = block[cut:]
+    if rest:
+        decode(rest)
+
+
+def replay_timed(path: str) -> tuple[float, float]:
+    """One columnar replay: (its CPU time, the CPU time inside the whole-array checks)."""
+    spent = [0.0]
+
+    def timed(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[0] += time.process_time() - t0
+
+        return run
+
+    blocks, stats = colblocks.check_blocks, columnar.check_step_stats
+    columnar.check_blocks = timed(blocks)  # type: ignore[assignment]
+    columnar.check_step_stats = timed(stats)  # type: ignore[assignment]
     try:
-        request_steps = 0
-        t0 = time.perf_counter()
-        for _, raw, _ in iter_lines(path):
-            if json.loads(raw)["record"] == "request_step":
-                request_steps += 1
-        parse_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         result = replay_file(path, progress=False)
-        replay_s = time.perf_counter() - t0
-        assert result.status == "agree", result.status
+        total = time.process_time() - t0
     finally:
-        os.unlink(path)
-    return {
-        "records": n_records,
-        "request_steps": request_steps,
-        "parse_request_steps_per_s": request_steps / parse_s,
-        "replay_request_steps_per_s": request_steps / replay_s,
-        "ratio": parse_s / replay_s,
-    }
+        columnar.check_blocks = blocks  # type: ignore[assignment]
+        columnar.check_step_stats = stats  # type: ignore[assignment]
+    if result.status != "agree":
+        raise SystemExit(f"replay of {path} did not agree: {result.status}")
+    return total, spent[0]
 
 
-def _generated(n: int) -> Iterator[tuple[int, bytes, bool]]:
-    for lineno, line in enumerate(synth.lines(n, seed=2), start=1):
-        yield lineno, line[:-1], True
+def throughput(kind: str, n: int, reference_records: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{kind}.ndjson")
+        info = write_log(kind, n, path)
+        size_mb = os.path.getsize(path) / 1e6
+        row: dict[str, Any] = {"log": kind, **info, "MB": round(size_mb, 1)}
+        row["json.loads s"] = best_of(lambda: parse_json(path))
+        row["orjson s"] = best_of(lambda: parse_orjson(path))
+        row["msgspec s"] = best_of(lambda: parse_msgspec(path))
+        runs = [replay_timed(path) for _ in range(3)]
+        row["replay s"] = min(r[0] for r in runs)
+        row["vector s"] = min(r[1] for r in runs)
+        if reference_records:
+            small = os.path.join(tmp, "small.ndjson")
+            head = write_log(kind, reference_records, small)
+            t0 = time.process_time()
+            status = replay_file(small, progress=False, reference=True).status
+            row["reference rs/s"] = round(head["request_steps"] / (time.process_time() - t0))
+            assert status == "agree", status
+    return row
 
 
-def memory_child(n_records: int) -> None:
-    """Replay a log of ``n_records`` generated on the fly; print JSON with the peak RSS."""
-    before = _peak_rss_mb()
-    t0 = time.perf_counter()
-    result = replay_file(f"<generated {n_records}>", progress=False, lines=_generated(n_records))
-    print(
-        json.dumps(
-            {
-                "records": result.summary.get("records"),
-                "status": result.status,
-                "peak_rss_mb_before": round(before, 1),
-                "peak_rss_mb": round(_peak_rss_mb(), 1),
-                "seconds": round(time.perf_counter() - t0, 1),
-            }
+def memory(n: int) -> dict[str, Any]:
+    """Peak RSS of a fresh process replaying an n-record varied log (written beforehand)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "varied.ndjson")
+        write_log("varied", n, path)
+        code = (
+            "import sys, time\n"
+            "from spectally.engine_bridge.replay import replay_file\n"
+            "from benchmarks_rss import peak\n"
+            "t0 = time.process_time()\n"
+            "r = replay_file(sys.argv[1], progress=False)\n"
+            "print(r.status, round(time.process_time() - t0, 1), peak())\n"
         )
-    )
-
-
-def memory(n_records: int) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--memory-child", str(n_records)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+        env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}
+        out = subprocess.run(
+            [sys.executable, "-c", code, path], capture_output=True, text=True, env=env, check=True
+        ).stdout.split()
+    return {"records": n, "status": out[0], "cpu s": float(out[1]), "peak RSS MB": float(out[2])}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI)")
-    parser.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--rate-records", type=int, default=None)
-    parser.add_argument("--memory-sizes", type=str, default=None, help="e.g. 1000000,10000000")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="100k records; memory 100k, 1M")
+    parser.add_argument("--records", type=int, default=None)
+    parser.add_argument("--reference-records", type=int, default=20_000)
+    parser.add_argument("--memory-sizes", type=int, nargs="*", default=None)
     args = parser.parse_args()
-    if args.memory_child is not None:
-        memory_child(args.memory_child)
-        return
-    n_rate = args.rate_records or (10_000 if args.quick else 200_000)
-    sizes = (
-        [int(s) for s in args.memory_sizes.split(",")]
-        if args.memory_sizes
-        else ([10_000, 100_000] if args.quick else [1_000_000, 10_000_000])
-    )
-    r = rate(n_rate)
-    print(
-        f"throughput ({r['records']:,} records, {r['request_steps']:,} request-steps):\n"
-        f"  parse-only  {r['parse_request_steps_per_s']:>12,.0f} request-steps/s\n"
-        f"  replay      {r['replay_request_steps_per_s']:>12,.0f} request-steps/s\n"
-        f"  ratio       {r['ratio']:>12.3f}   (target >= 0.5)"
-    )
-    if n_rate < 100_000:
+    n = args.records or (100_000 if args.quick else 1_000_000)
+    sizes = args.memory_sizes
+    if sizes is None:
+        sizes = [100_000, 1_000_000] if args.quick else [1_000_000, 10_000_000]
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    for kind in GENERATORS:
+        row = throughput(kind, n, args.reference_records)
+        steps = row["request_steps"]
+        replay = row["replay s"]
         print(
-            "  (a short log: one-off costs, the first sighting of each record shape and the"
-            " final totals,\n   weigh here; the target is for the steady state, the default"
-            " 200,000 records: docs/replay.md)"
+            f"{kind}: {row['records']:,} records, {steps:,} request-steps, {row['MB']} MB,"
+            f" distinct shapes {row['shapes']:,} ({row['shapes'] / steps:.2%})"
         )
-    print("peak memory (fresh process per size, log generated on the fly):")
-    for n in sizes:
-        m = memory(n)
         print(
-            f"  {n:>11,} records: peak RSS {m['peak_rss_mb']} MB (after imports"
-            f" {m['peak_rss_mb_before']} MB), {m['seconds']} s, {m['status']}"
+            f"  replay {replay:.2f} s: {row['records'] / replay:,.0f} records/s,"
+            f" {steps / replay:,.0f} request-steps/s, {row['MB'] / replay:.1f} MB/s"
         )
-        sys.stdout.flush()
+        for name in ("json.loads", "orjson", "msgspec"):
+            base = row[f"{name} s"]
+            print(f"  {name} parse-only {base:.2f} s: replay is {base / replay:.2f}x its speed")
+        print(
+            f"  vector part {row['vector s']:.3f} s: {steps / row['vector s']:,.0f} request-steps/s"
+        )
+        if "reference rs/s" in row:
+            print(f"  plain reference replay: {row['reference rs/s']:,} request-steps/s")
+    for size in sizes:
+        if size:
+            m = memory(size)
+            print(
+                f"memory: {m['records']:,} records: {m['status']}, {m['cpu s']} s CPU,"
+                f" peak RSS {m['peak RSS MB']:.1f} MB"
+            )
 
 
 if __name__ == "__main__":

@@ -7,11 +7,9 @@ over an `Arith`, so the proofs reason about this code and not about a copy of it
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, fields
 from typing import Generic
 
-from . import step as _step_rules
 from .arith import INT_ARITH, Arith, B, N
 from .step import (
     Fates,
@@ -188,22 +186,13 @@ class Counters:
 
     @classmethod
     def zero(cls, k: int) -> Counters:
-        """The all-zero state. Immutable, so one object per k is shared (built once by the
-        module-level ``*_zero`` functions as currently bound; a patched one is not cached)."""
-        key = (cls, k, rfc_zero, legacy_zero, position_zero)
-        cached = _ZEROS.get(key)
-        if cached is not None:
-            return cached
-        zero = cls(
+        """The all-zero state."""
+        return cls(
             k=k,
             rfc=rfc_zero(INT_ARITH),
             legacy=legacy_zero(INT_ARITH),
             positions=tuple(position_zero(INT_ARITH) for _ in range(k)),
         )
-        if len(_ZEROS) >= 64:
-            _ZEROS.clear()
-        _ZEROS[key] = zero
-        return zero
 
     def add_step(self, mode: Mode, x: StepInputs[int, bool]) -> Counters:
         ar = INT_ARITH
@@ -276,160 +265,3 @@ def counts_dict(
             "spec_steps": lg.num_drafts,
         },
     }
-
-
-_ZEROS: dict[tuple[object, ...], Counters] = {}
-
-
-class CounterSum:
-    """A running sum of closed blocks behind an immutable `Counters` view (for speed).
-
-    `Counters.add_step` builds a whole new state per block; a replay folds millions of blocks,
-    most of them equal. This accumulator only counts how often each distinct ``(mode, block)``
-    was folded and builds the `Counters` when it is read (`value`):
-
-        value = base + Σ n · add_step(zero, block)    (n copies combined with `Counters.merge`)
-
-    That equals folding the blocks one by one with `Counters.add_step` because a fold is a merge
-    of the block's own counts (add_step(t, x) == merge(t, add_step(zero, x)), property
-    "fold-is-merge" in proofs/properties.py) and merge is a commutative monoid. Every count is
-    computed when `value` is read, by the module-level rules (``rfc_step``, ``position_add_step``,
-    ``rfc_merge``, ... looked up by name), so a patched rule reaches this sum too. If any of those
-    rules is not the original (a mutant, a monkeypatch), the sum folds block by block with
-    `Counters.add_step` in order instead, exactly as before it existed.
-
-    Only the engine mutates it, after every check of an event has passed; readers get `value`.
-    Memory: one entry per distinct block, bounded (`MAX_PENDING`, then folded into ``base``).
-    """
-
-    MAX_PENDING = 1 << 12
-
-    def __init__(self, base: Counters) -> None:
-        self.k = base.k
-        self._base = base
-        self._pending: dict[Fold | tuple[Mode, StepInputs[int, bool]], int] = {}
-        self._view: Counters | None = base
-
-    @classmethod
-    def zero(cls, k: int) -> CounterSum:
-        return cls(Counters.zero(k))
-
-    def add(self, mode: Mode, x: StepInputs[int, bool]) -> None:
-        """Fold one block (by reference; see the class docstring)."""
-        if not rules_intact():
-            self._base = self.value().add_step(mode, x)
-            self._view = self._base
-            return
-        pending = self._pending
-        key = (mode, x)
-        pending[key] = pending.get(key, 0) + 1
-        self._view = None
-        if len(pending) > self.MAX_PENDING:
-            self.value()
-
-    def add_fold(self, fold: Fold) -> None:
-        """`add` of ``fold.mode, fold.x`` for a caller that checked `rules_intact` itself,
-        keyed by the `Fold` object (no rehashing of the block on every fold)."""
-        pending = self._pending
-        pending[fold] = pending.get(fold, 0) + 1
-        self._view = None
-        if len(pending) > self.MAX_PENDING:
-            self.value()
-
-    def set(self, value: Counters) -> None:
-        """Replace the sum by ``value`` (a state the caller computed and checked)."""
-        self._base = value
-        self._pending.clear()
-        self._view = value
-
-    def value(self) -> Counters:
-        """The immutable counter state; the same object until the next fold."""
-        view = self._view
-        if view is not None:
-            return view
-        total = self._base
-        blocks = [
-            ((key.mode, key.x) if isinstance(key, Fold) else key, n)
-            for key, n in self._pending.items()
-        ]
-        if blocks and rules_intact():
-            zero = Counters.zero(self.k)
-            total = total.merge(
-                _weighted_sum([(zero.add_step(mode, x), n) for (mode, x), n in blocks])
-            )
-        else:
-            for (mode, x), n in blocks:
-                for _ in range(n):
-                    total = total.add_step(mode, x)
-        self._pending.clear()
-        self._base = total
-        self._view = total
-        return total
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CounterSum):
-            return NotImplemented
-        return self.value() == other.value()
-
-    def __hash__(self) -> int:
-        return hash(self.value())
-
-    def __repr__(self) -> str:
-        return f"CounterSum({self.value()!r})"
-
-
-class Fold:
-    """One block to fold, ``(mode, x)``, hashed by identity: a caller that folds the same
-    block many times keeps one `Fold` for it and `CounterSum.add_fold` counts it cheaply."""
-
-    def __init__(self, mode: Mode, x: StepInputs[int, bool]) -> None:
-        self.mode = mode
-        self.x = x
-
-
-def _weighted_sum(terms: list[tuple[Counters, int]]) -> Counters:
-    """Σ n · c over ``terms`` (each n >= 1), with `Counters.merge` only: Horner's rule over the
-    bits of the n, from the highest down (double the sum, then merge every c whose n has that
-    bit). Exact because merge is a commutative monoid (property "merge:monoid"); it takes
-    about (bits of the largest n) + (set bits of all n) merges instead of about twice the bits
-    of every n."""
-    result: Counters | None = None
-    for bit in reversed(range(max(n for _, n in terms).bit_length())):
-        if result is not None:
-            result = result.merge(result)
-        for c, n in terms:
-            if n >> bit & 1:
-                result = c if result is None else result.merge(c)
-    assert result is not None
-    return result
-
-
-def _rules() -> tuple[object, ...]:
-    """The rules a block's counts are computed by, as currently bound by name."""
-    step, ct = _step_rules, sys.modules[__name__]
-    return (
-        step.pipeline,
-        step.fates,
-        step.rfc_step,
-        step.legacy_step,
-        step.legacy_scheduled_invalid,
-        step.position_increment,
-        step.admissibility,
-        ct.rfc_step,
-        ct.legacy_step,
-        ct.position_increment,
-        ct.rfc_add_step,
-        ct.legacy_add_step,
-        ct.position_add_step,
-        ct.rfc_merge,
-        ct.legacy_merge,
-        ct.position_merge,
-    )
-
-
-_ORIGINAL_RULES = _rules()
-
-
-def rules_intact() -> bool:
-    """True when every counting rule is the one this module was loaded with (no mutant)."""
-    return _rules() == _ORIGINAL_RULES

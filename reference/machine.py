@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from .arith import INT_ARITH
-from .counters import Counters, CounterSum, counts_dict
+from .counters import Counters, counts_dict
 from .errors import IllegalEvent
 from .events import (
     EVENT_TYPES,
@@ -187,19 +188,14 @@ class Block:
 
 @dataclass(frozen=True)
 class RequestState:
-    """One request. Frozen, except ``sums``, which only the engine advances (after every check
-    of an event passed); read `counters` for an immutable state."""
+    """One request: its open blocks and the counters of its closed ones."""
 
     request: str
     structured: bool
     status: RequestStatus
     blocks: tuple[Block, ...]  # open blocks, oldest first
-    sums: CounterSum
+    counters: Counters
     last_block_step: int | None = None  # step of the latest block opened (E3: one per step)
-
-    @property
-    def counters(self) -> Counters:
-        return self.sums.value()
 
     def block_at(self, step: int) -> Block | None:
         for block in self.blocks:
@@ -245,12 +241,7 @@ class Engine:
         self.check = check
         self.current_step: int | None = None
         self.requests: dict[str, RequestState] = {}
-        self._totals = CounterSum.zero(config.k)
-
-    @property
-    def totals(self) -> Counters:
-        """The engine-wide counters (an immutable state; the same object until a block closes)."""
-        return self._totals.value()
+        self.totals = Counters.zero(config.k)  # engine-wide; replaced, never mutated
 
     # -- public API -------------------------------------------------------------------------
 
@@ -265,27 +256,17 @@ class Engine:
         request = self._request_for(event)
         new_state, closed = self._transition(request, event)
         mode = self.config.mode
-        sums = new_state.sums  # the request's sums before this event (shared with `request`)
+        totals, counters = self.totals, new_state.counters
+        for c in closed:
+            totals = totals.add_step(mode, c.inputs)
+            counters = counters.add_step(mode, c.inputs)
         if self.check:
-            before = self.totals
-            totals, counters = before, sums.value()
-            for c in closed:
-                totals = totals.add_step(mode, c.inputs)
-                counters = counters.add_step(mode, c.inputs)
             check_invariants(totals)
             check_invariants(counters)
-            check_monotone(before, totals)
-            # Commit only now: everything above may raise.
-            self.requests[request.request] = new_state
-            if closed:
-                sums.set(counters)
-                self._totals.set(totals)
-            return closed
-        # Commit: nothing below raises.
-        self.requests[request.request] = new_state
-        for c in closed:
-            sums.add(mode, c.inputs)
-            self._totals.add(mode, c.inputs)
+            check_monotone(self.totals, totals)
+        # Commit only now: everything above may raise.
+        self.requests[request.request] = replace(new_state, counters=counters)
+        self.totals = totals
         return closed
 
     def run(self, events: Iterable[Event]) -> list[ClosedBlock]:
@@ -347,7 +328,7 @@ class Engine:
             if not isinstance(event.structured, bool):
                 raise self._illegal("structured must be a bool", event, rid, self.describe(rid))
             return RequestState(
-                rid, event.structured, RequestStatus.ACTIVE, (), CounterSum.zero(self.config.k)
+                rid, event.structured, RequestStatus.ACTIVE, (), Counters.zero(self.config.k)
             )
         state = self.requests.get(rid)
         if state is None:
@@ -405,7 +386,7 @@ class Engine:
                 state.structured,
                 status,
                 tuple(keep),
-                state.sums,
+                state.counters,
                 state.last_block_step,
             ),
             closed,
@@ -484,7 +465,7 @@ class Engine:
             blocks = tuple(sorted((*others, block), key=_block_step)) if others else (block,)
             return (
                 RequestState(
-                    state.request, state.structured, state.status, blocks, state.sums, step
+                    state.request, state.structured, state.status, blocks, state.counters, step
                 ),
                 [],
             )
@@ -503,15 +484,10 @@ class Engine:
             state.structured,
             state.status,
             others,
-            state.sums,
+            state.counters,
             state.last_block_step,
         )
         return new, [closed]  # `apply` folds it into the counters
-
-
-# A block's events as (event class, count), e.g. ((Propose, 4), (Verify, 4), (Accept, 2)).
-BlockCounts = tuple[tuple[type[BlockEvent], int], ...]
-BLOCK_EVENT_TYPES: tuple[type, ...] = tuple(BLOCK_EVENT_STAGE)
 
 
 def _block_step(block: Block) -> int:
@@ -530,19 +506,19 @@ def _block(
     stale: bool | None = None,
     stale_dropped: bool | None = None,
 ) -> Block:
-    """``dataclasses.replace(b, ...)`` for the fields given (not None), without its per-call
-    introspection (the fields replaced are never set to None here)."""
-    return Block(
-        b.step,
-        b.stages if stages is None else stages,
-        b.proposed if proposed is None else proposed,
-        b.padding if padding is None else padding,
-        b.grammar_valid if grammar_valid is None else grammar_valid,
-        b.schedule_cap if schedule_cap is None else schedule_cap,
-        b.av_cap if av_cap is None else av_cap,
-        b.stale if stale is None else stale,
-        b.stale_dropped if stale_dropped is None else stale_dropped,
-    )
+    """``dataclasses.replace(b, ...)`` for the fields given (not None; no field is ever set
+    back to None)."""
+    changes: dict[str, Any] = {
+        "stages": stages,
+        "proposed": proposed,
+        "padding": padding,
+        "grammar_valid": grammar_valid,
+        "schedule_cap": schedule_cap,
+        "av_cap": av_cap,
+        "stale": stale,
+        "stale_dropped": stale_dropped,
+    }
+    return replace(b, **{name: v for name, v in changes.items() if v is not None})
 
 
 def _is_count(value: object) -> bool:

@@ -185,7 +185,9 @@ def test_complete_final_line_without_newline_is_accepted(tmp_path: Path) -> None
         "num_accepted_tokens": 1,
         "num_accepted_tokens_per_pos": [1, 0, 0],
     }
-    path.write_text(log(HEADER, ADD, STEP) + line(stats))
+    totals = {**stats, "record": "totals", "source": "test"}
+    del totals["step"]
+    path.write_text(log(HEADER, ADD, STEP, stats) + line(totals))
     assert replay_file(str(path), progress=False).status == "agree"
 
 

@@ -1,9 +1,6 @@
 """Issue 11, case by case: every hostile input it lists, through the real `spectally` command
 (in process, click's CliRunner), with the exit code of the contract (spectally.exit_codes), a
 one-line ``file:line:column`` message and no traceback. Each test is one reported case.
-
-Cases only replay's verdict logic can fix (the `col` branch) are marked
-``xfail(strict=True, reason=REPLAY_VERDICT)``: the lead removes the mark at merge.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from spectally.exit_codes import ExitCode
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 LOG = FIXTURES / "ngram-k3-greedy.ndjson.gz"
 SERVED = FIXTURES / "serve-ngram-k3"
-REPLAY_VERDICT = "replay verdict: col branch"
 
 HEADER: dict[str, Any] = {
     "record": "header",
@@ -394,7 +390,6 @@ def test_every_help_states_the_exit_codes(args: list[str]) -> None:
 # -- replay-level verdicts: the `col` branch ------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=REPLAY_VERDICT)
 def test_log_cut_at_a_record_boundary_is_incomplete(tmp_path: Path) -> None:
     lines = log_lines()
     path = write(tmp_path, "x.ndjson", lines[: len(lines) // 2])
@@ -403,7 +398,6 @@ def test_log_cut_at_a_record_boundary_is_incomplete(tmp_path: Path) -> None:
     assert "totals" in result.output
 
 
-@pytest.mark.xfail(strict=True, reason=REPLAY_VERDICT)
 def test_crc_is_checked_before_a_divergence_is_trusted(tmp_path: Path) -> None:
     """A divergence early in a gzip log whose tail is corrupt: the file fails `gzip -t`, so the
     verdict is bad input, not DIVERGE."""
@@ -419,7 +413,6 @@ def test_crc_is_checked_before_a_divergence_is_trusted(tmp_path: Path) -> None:
     assert_bad(run("replay", str(path)), path)
 
 
-@pytest.mark.xfail(strict=True, reason=REPLAY_VERDICT)
 def test_request_step_after_its_step_stats_has_one_exit_code(tmp_path: Path) -> None:
     lines = log_lines()
     i = next(n for n, text in enumerate(lines) if '"step_stats"' in text)

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.records import parse_line
-from spectally.engine_bridge.replay import Replayer, replay_file
+from spectally.engine_bridge.replay import Replayer, render_summary, replay_file
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = ROOT / "engine_bridge" / "examples" / "step-log-async-eagle-xgrammar.ndjson"
@@ -21,10 +21,29 @@ FIXTURES = sorted((ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson*"))
 TRACES = ROOT / "tests" / "traces"
 
 
-def write(tmp_path: Path, records: list[dict[str, Any]], name: str = "log.ndjson") -> Path:
+def write(
+    tmp_path: Path, records: list[dict[str, Any]], name: str = "log.ndjson", complete: bool = True
+) -> Path:
+    """The log; ``complete`` ends it with the totals record an engine writes at shutdown (the
+    sum of its step_stats), so that it is judged whole."""
     path = tmp_path / name
+    if complete and records and records[0]["record"] == "header":
+        records = [*records, totals_of(records)]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+def totals_of(records: list[dict[str, Any]]) -> dict[str, Any]:
+    k = records[0]["num_speculative_tokens"]
+    sums = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0}
+    per_pos = [0] * k
+    for r in records:
+        if r["record"] == "step_stats":
+            for name in sums:
+                sums[name] += r[name]
+            step_pos = r["num_accepted_tokens_per_pos"]
+            per_pos = [a + b for a, b in zip(per_pos, step_pos, strict=True)]
+    return {"record": "totals", "source": "test", **sums, "num_accepted_tokens_per_pos": per_pos}
 
 
 def header(**kw: Any) -> dict[str, Any]:
@@ -143,7 +162,7 @@ def test_finished_requests_are_dropped_from_memory() -> None:
         replayer.feed(n, parse_line("synthetic", n, raw[:-1], True))
     replayer.finish()
     assert replayer.engine is not None
-    assert replayer.requests > 100
+    assert replayer.tally.requests > 100
     assert len(replayer.engine.requests) <= 16  # only the running batch is kept
     assert not replayer.divergences
 
@@ -171,6 +190,7 @@ def _two_divergences(tmp_path: Path) -> Path:
             block(3, "a", sampled=2, accepted=1),
             stats(3, 1, 3, 1, [1, 0, 0, 0]),
         ],
+        complete=False,
     )
 
 
@@ -273,3 +293,77 @@ def test_progress_bar_counts_every_record(capsys: pytest.CaptureFixture[str]) ->
     assert result.status == "agree" and result.summary["records"] == 224
     err = capsys.readouterr().err
     assert "224 records" in err.replace("\r", "\n").splitlines()[-1]
+
+
+# -- hostile input at the replay level (issue 11) ------------------------------------------------
+
+
+def test_a_log_cut_at_a_record_boundary_is_incomplete(tmp_path: Path) -> None:
+    lines = list(synth.lines(400, batch=8, seed=2))
+    cut = next(i for i in range(len(lines) - 1, 0, -1) if b'"request_step"' in lines[i])
+    path = tmp_path / "cut.ndjson"
+    path.write_bytes(b"".join(lines[: cut + 1]))  # ends inside a step, before its step_stats
+    for reference in (False, True):
+        result = replay_file(str(path), progress=False, reference=reference)
+        assert result.status == "incomplete" and result.exit_code == 3
+        assert not result.divergences
+        assert result.summary["incomplete"]["open_requests"] == 8
+        text = render_summary(result)
+        assert "INCOMPLETE" in text and "8 requests still open" in text
+        assert "step_stats not compared (the log ends before them)" in text
+    out = CliRunner().invoke(replay, [str(path)])
+    assert out.exit_code == 3
+
+
+def test_a_divergence_in_a_corrupt_gzip_is_bad_input(tmp_path: Path) -> None:
+    """The verdict is trusted only once the stream read to its end (CRC included)."""
+    lines = list(synth.lines(3000, batch=8, seed=3))
+    at = next(i for i, raw in enumerate(lines) if b'"step_stats"' in raw)
+    lines[at] = lines[at].replace(b'"num_drafts":', b'"num_drafts":1', 1)  # diverges early
+    data = bytearray(gzip.compress(b"".join(lines)))
+    whole = tmp_path / "whole.ndjson.gz"
+    whole.write_bytes(bytes(data))
+    assert replay_file(str(whole), progress=False).status == "diverge"
+    data[-6] ^= 0xFF  # the CRC at the end
+    broken = tmp_path / "broken.ndjson.gz"
+    broken.write_bytes(bytes(data))
+    for reference in (False, True):
+        result = replay_file(str(broken), progress=False, reference=reference)
+        assert result.status == "bad_input", result.status
+        assert "gzip" in str(result.bad_input)
+
+
+def test_request_step_after_its_step_stats_has_one_exit_code(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        [
+            header(scheduling="sync", adaptive_verification=False),
+            add("a"),
+            add("b"),
+            block(2, "a", sampled=3, accepted=2),
+            stats(2, 1, 4, 2, [1, 1, 0, 0]),
+            block(2, "b", sampled=2, accepted=1),
+        ],
+    )
+    for args in ([], ["--keep-going", "5"], ["--reference"]):
+        out = CliRunner().invoke(replay, [str(path), *args])
+        assert out.exit_code == 2, out.output
+        assert "request_step for step 2 after that step's step_stats" in out.output
+
+
+def test_ctrl_c_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    from spectally.engine_bridge import colread
+
+    monkeypatch.setattr(colread, "open_log", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        replay_file(str(EXAMPLE), progress=False)
+
+    def lines() -> Any:
+        yield (1, EXAMPLE.read_bytes().splitlines()[0], True)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay_file("x", progress=False, lines=lines())

@@ -1,0 +1,325 @@
+"""Reading for the columnar checker: the log in chunks of whole lines, decoded by a typed,
+validating decoder (msgspec) into one struct per record.
+
+Why msgspec (measured, docs/replay.md): it decodes a chunk of NDJSON straight into typed
+structs at about ten times the speed of ``json.loads`` and validates while it decodes (exact
+field names, ``int`` not ``bool``/``float``, bounds, enums); pyarrow's and polars' NDJSON
+readers are faster per byte but build columns without per-line errors, accept duplicate and
+unknown keys as a schema choice, and cost a large dependency.
+
+The fast decoder only has to be *stricter* than the reference decoder (`records.parse_line`):
+a line it does not vouch for is decoded by `records.parse_line` itself (so the reference's
+rules, limits and messages apply), and any line that decoder rejects makes the columnar
+checker hand the whole log to the reference replay. msgspec accepts duplicate keys (the last
+wins) and integers of any size: sizes are bounded in the struct types, and a line is vouched
+for only when its count of ``":`` (every key ends with one; nothing else in a line without
+whitespace can make fewer) equals the number of fields decoded, so a repeated key always
+sends the line to `records.parse_line`.
+
+A small opener lives here (gzip by its magic bytes, else plain); the reference replay reads
+through `records.iter_lines`, which reports stream errors with their messages.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator, Sequence
+from itertools import repeat
+from operator import attrgetter, itemgetter
+from typing import Annotated, Any, BinaryIO, Literal
+
+import msgspec
+import numpy as np
+
+from .records import GZIP_MAGIC, BadInput, Record, load_schema, parse_line
+
+CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
+MAX_INT = 2**63 - 1  # limits.py: integers at most 2**63 - 1
+MAX_LINE_BYTES = 1 << 20  # limits.py: a line at most 1 MiB
+
+Kinds = np.ndarray[Any, np.dtype[np.int8]]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+RequestId = Annotated[str, msgspec.Meta(min_length=1)]
+OUTCOMES = (
+    "applied",
+    "discarded_finished",
+    "discarded_aborted",
+    "discarded_preempted",
+    "discarded_stale",
+)
+Outcome = Literal[
+    "applied",
+    "discarded_finished",
+    "discarded_aborted",
+    "discarded_preempted",
+    "discarded_stale",
+]
+
+
+class Irregular(Exception):
+    """The columnar checker cannot vouch for this log: the reference replay judges it."""
+
+
+_STRUCT: dict[str, Any] = {"forbid_unknown_fields": True, "tag_field": "record", "gc": False}
+
+
+class RequestStep(msgspec.Struct, tag="request_step", **_STRUCT):
+    step: Count
+    request: RequestId
+    outcome: Outcome
+    proposed: Count
+    padding: Count
+    grammar_valid: Count | None
+    scheduled: Count
+    invalid: Count | None
+    verified: Count | None
+    accepted: Count
+    sampled: Count
+    delivered: Count | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class Request(msgspec.Struct, tag="request", **_STRUCT):
+    step: Count
+    request: RequestId
+    event: Literal["add", "finish", "abort", "preempt"]
+    structured: bool | msgspec.UnsetType = msgspec.UNSET
+    reason: str | msgspec.UnsetType = msgspec.UNSET
+    drop_stale_output: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+class StepStats(msgspec.Struct, tag="step_stats", **_STRUCT):
+    step: Count
+    num_drafts: Count
+    num_draft_tokens: Count
+    num_accepted_tokens: Count
+    num_accepted_tokens_per_pos: list[Count]
+
+
+class HeaderLine(msgspec.Struct, tag="header", tag_field="record", gc=False):
+    """A header: decoded again by `records.parse_line` (once per log)."""
+
+
+class TotalsLine(msgspec.Struct, tag="totals", tag_field="record", gc=False):
+    """A totals record: decoded again by `records.parse_line` (once per log)."""
+
+
+_DECODER = msgspec.json.Decoder(RequestStep | Request | StepStats | HeaderLine | TotalsLine)
+_FIXED_KEYS: dict[type, int] = {RequestStep: 12, Request: 4, StepStats: 6}  # with "record"
+
+
+def _keys(rec: Any) -> int:
+    """Fields the decoded record had in its line (``record`` and the optional ones included);
+    -1 for a header or totals line (always decoded again by `records.parse_line`)."""
+    kind = type(rec)
+    n = _FIXED_KEYS.get(kind, -1)  # None (undecodable) and header/totals lines: -1
+    if kind is RequestStep:
+        return n + (rec.delivered is not msgspec.UNSET)
+    if kind is Request:
+        return (
+            n
+            + (rec.structured is not msgspec.UNSET)
+            + (rec.reason is not msgspec.UNSET)
+            + (rec.drop_stale_output is not msgspec.UNSET)
+        )
+    return n
+
+
+def delivered_in_schema() -> bool:
+    """Whether the step-log schema has the optional ``delivered`` field (BRIEF interface 3)."""
+    props: dict[str, Any] = load_schema()["$defs"]["request_step"]["properties"]
+    return "delivered" in props
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def open_log(path: str) -> BinaryIO:
+    """The decompressed byte stream of a log file (gzip recognised by its magic bytes)."""
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    if raw.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> Iterator[bytes]:
+    """The log's bytes in chunks of whole lines (each ends with a newline, except perhaps the
+    last). A stream error (corrupt gzip, unreadable file) is `Irregular`: the reference replay
+    reads the log again and reports it."""
+    if lines is not None:
+        for start in range(0, len(lines), 1 << 15):
+            part = lines[start : start + (1 << 15)]
+            yield b"".join(raw + b"\n" if nl else raw for _, raw, nl in part)
+        return
+    try:
+        stream = open_log(path)
+    except OSError as exc:
+        raise Irregular(f"cannot open: {exc}") from None
+    rest = b""
+    try:
+        while True:
+            try:
+                block = stream.read(CHUNK_BYTES)
+            except (EOFError, OSError, gzip.BadGzipFile) as exc:
+                raise Irregular(f"stream error: {exc}") from None
+            if not block:
+                if rest:
+                    yield rest
+                return
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                rest += block
+                continue
+            yield rest + block[: cut + 1]
+            rest = block[cut + 1 :]
+    finally:
+        stream.close()
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], Kinds]:
+    """Decode one chunk of whole lines: one struct per line (header and totals: the dict of
+    `records.parse_line`), and each line's kind (`KIND`).
+
+    Every line is vouched for by the typed decoder or decoded by `records.parse_line`; a line
+    that one rejects raises `Irregular` (the reference replay reports it)."""
+    records: list[Any] | None
+    try:
+        records = _DECODER.decode_lines(chunk)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        records = None
+    kinds = _keys_match(chunk, records) if records is not None else None
+    if records is not None and kinds is not None:
+        n = len(records)
+        if n and type(records[0]) is HeaderLine:
+            records[0] = _reparse(path, first_line, chunk[: chunk.find(b"\n")], True)
+        if n and type(records[-1]) is TotalsLine:
+            start = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1
+            text = chunk[start:]
+            records[-1] = _reparse(
+                path, first_line + n - 1, text.rstrip(b"\n"), text.endswith(b"\n")
+            )
+        return records, kinds
+    n = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
+    records = _decode_lines_one_by_one(path, first_line, chunk, n)
+    return records, np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
+
+
+def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
+    """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
+
+    In a line without JSON whitespace every key is followed by ``:``, so a line has at least
+    as many colons as keys, and at least as many keys as fields decoded; if the chunk's colons
+    equal the fields decoded (header and totals lines aside), every line has exactly one key
+    per field decoded. (Counting fewer fields than were decoded only sends the chunk to the
+    line-by-line check.) Returns the lines' kinds, or None when the chunk must be checked line
+    by line. Without whitespace and empty lines, decoded records and lines correspond."""
+    if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
+        return None
+    n = len(records)
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)
+    if n != len(ends) + (not chunk.endswith(b"\n")):
+        return None  # an empty line, which decode_lines skips
+    if len(chunk) > MAX_LINE_BYTES and np.diff(ends, prepend=-1, append=len(chunk)).max() > (
+        MAX_LINE_BYTES + 1
+    ):
+        return None  # a line over the limit: the reference decoder says so
+    kinds = np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
+    per_kind = np.bincount(kinds, minlength=6)
+    head = int(kinds[0] == 3)
+    tail = int(n > 1 and kinds[-1] == 4)
+    if per_kind[3] + per_kind[4] != head + tail or per_kind[5]:
+        return None  # a header or totals line is vouched for only first / last in a chunk
+    fields = 12 * int(per_kind[0]) + 4 * int(per_kind[1]) + 6 * int(per_kind[2])
+    if per_kind[1]:
+        fields += sum(map(_keys, itemgetter_list(records, np.flatnonzero(kinds == 1)))) - 4 * int(
+            per_kind[1]
+        )
+    if per_kind[0]:
+        steps = itemgetter_list(records, np.flatnonzero(kinds == 0))
+        fields += len(steps) - list(map(_DELIVERED, steps)).count(msgspec.UNSET)
+    start = chunk.find(b"\n") + 1 if head else 0
+    end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
+    return kinds if int(np.count_nonzero(data[start:end] == 58)) == fields else None  # ":"
+
+
+def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:
+    """``[records[i] for i in index]``, in one C call."""
+    if len(index) == 0:
+        return []
+    if len(index) == 1:
+        return [records[int(index[0])]]
+    return list(itemgetter(*index.tolist())(records))
+
+
+KIND: dict[type, int] = {
+    RequestStep: 0,
+    Request: 1,
+    StepStats: 2,
+    HeaderLine: 3,
+    TotalsLine: 4,
+}
+_DELIVERED = attrgetter("delivered")
+
+
+def _reparse(path: str, lineno: int, text: bytes, has_newline: bool) -> Any:
+    try:
+        rec: Record = parse_line(path, lineno, text, has_newline)
+    except BadInput as exc:
+        raise Irregular(str(exc)) from None
+    return _from_dict(rec)
+
+
+def _decode_lines_one_by_one(path: str, first_line: int, chunk: bytes, n: int) -> list[Any]:
+    """`decode_chunk` line by line: each line the typed decoder does not vouch for (a decoding
+    error, a possibly repeated key) goes to `records.parse_line`."""
+    texts = chunk.split(b"\n")
+    has_last_newline = chunk.endswith(b"\n")
+    if has_last_newline:
+        texts.pop()
+    records: list[Any] = []
+    for text in texts:
+        try:
+            records.append(_DECODER.decode(text))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            records.append(None)
+    keys = np.fromiter(map(_keys, records), dtype=np.int64, count=n)
+    keys[np.fromiter(map(len, texts), np.int64, n) > MAX_LINE_BYTES] = -1  # the limit's message
+    for i in np.flatnonzero(_key_marks(chunk, n) != keys).tolist():
+        has_newline = has_last_newline or i < n - 1
+        records[i] = _reparse(path, first_line + i, texts[i], has_newline)
+    return records
+
+
+def _key_marks(chunk: bytes, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Per line, the count of ``":`` in it, or -2 when the line holds JSON whitespace (the
+    count then proves nothing: ``"key" :`` is legal JSON)."""
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)[:n]
+    if len(ends) < n:  # the last line has no newline
+        ends = np.append(ends, len(data))
+    colon = np.flatnonzero((data[:-1] == 34) & (data[1:] == 58))
+    counts = np.bincount(np.searchsorted(ends, colon), minlength=n + 1)[:n].astype(np.int64)
+    space = np.flatnonzero((data == 32) | (data == 9) | (data == 13))
+    if len(space):
+        where = np.searchsorted(ends, space)
+        counts[where[where < n]] = -2
+    return counts
+
+
+_KINDS: dict[str, type] = {"request_step": RequestStep, "request": Request, "step_stats": StepStats}
+
+
+def _from_dict(rec: Record) -> Any:
+    """A record `records.parse_line` accepted, as the typed decoder's struct (header and totals
+    stay dicts); `Irregular` when the struct types are stricter than the reference."""
+    kind = _KINDS.get(rec["record"])
+    if kind is None:
+        return rec
+    fields = {k: v for k, v in rec.items() if k not in ("record", "meta")}  # meta: ignored
+    try:
+        return msgspec.convert(fields, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        raise Irregular(f"not typed-decodable: {exc}") from None

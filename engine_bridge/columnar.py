@@ -1,0 +1,325 @@
+"""The columnar checker: a step log judged chunk by chunk over whole columns.
+
+Each chunk of whole lines is decoded into typed structs (colread.py), split into columns per
+record kind, and checked at once: the blocks against the step rules evaluated over arrays
+(colblocks.py), the order of records per request and per step (colseq.py). The chunk's last
+engine step waits for the next chunk, so every check sees whole steps. Memory is a few
+chunks plus the open requests, whatever the log's length.
+
+The reference replay (reference_replay.py) is the authority. The columnar checker only ever
+says "agree", and only for a log where every check passed and every record fits a pattern it
+handles; for anything else (a divergence, bad input, an incomplete log, preemptions, ...) it
+raises `Irregular` and `replay_file` replays the log through the reference machine, which
+writes the report. Agreeing logs get the same summary either way: the same totals (the
+reference's `Counters`), tallies and shift terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+from spectally.reference.counters import Counters
+from spectally.reference.errors import InvariantViolation
+from spectally.reference.invariants import check_invariants
+
+from .array_arith import Ints
+from .colblocks import BlockColumns, check_blocks
+from .colread import (
+    Irregular,
+    Kinds,
+    byte_chunks,
+    decode_chunk,
+    delivered_in_schema,
+    itemgetter_list,
+)
+from .colseq import (
+    RequestTable,
+    StatsColumns,
+    check_block_order,
+    check_one_block_per_step,
+    check_step_stats,
+)
+from .records import BadInput, Record
+from .reference_replay import metrics_divergence
+from .report import ReplayResult, Tally, make_summary
+from .translate import Header
+
+_STEP = attrgetter("step")
+_REQUEST = attrgetter("request")
+_OUTCOME = attrgetter("outcome")
+STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
+MAX_EXACT_FLOAT = 2**53  # nullable columns pass through float (None -> nan) below this
+
+
+def _ints(records: Sequence[Any], name: str) -> Ints:
+    return np.fromiter(map(attrgetter(name), records), dtype=np.int64, count=len(records))
+
+
+_BLOCK_INTS = attrgetter("proposed", "padding", "scheduled", "accepted", "sampled")
+
+
+def _block_ints(blocks: Sequence[Any]) -> Ints:
+    """The five always-present counts of the blocks, one row each (one pass)."""
+    n = len(blocks)
+    flat = np.fromiter(chain.from_iterable(map(_BLOCK_INTS, blocks)), np.int64, 5 * n)
+    return flat.reshape(n, 5)
+
+
+def _nullable(records: Sequence[Any], name: str) -> Ints:
+    """A column of ``int | None`` as int64 with -1 for null."""
+    listed = list(map(attrgetter(name), records))
+    nulls = listed.count(None)
+    if nulls == len(listed):
+        return np.full(len(listed), -1, dtype=np.int64)
+    if nulls == 0:
+        return np.fromiter(listed, np.int64, len(listed))
+    values = np.array(listed, dtype=np.float64)
+    null = np.isnan(values)
+    if (values[~null] > MAX_EXACT_FLOAT).any():
+        raise Irregular(f"{name} too large for the columnar checker")
+    return np.where(null, -1, values).astype(np.int64)
+
+
+def _delivered(records: Sequence[Any], known: bool) -> Ints:
+    """The optional ``delivered`` column (-1: absent or null); a log that carries the field
+    while the schema does not know it goes to the reference (which then rejects it)."""
+    values = list(map(attrgetter("delivered"), records))
+    if values.count(msgspec.UNSET) == len(values):
+        return np.full(len(values), -1, dtype=np.int64)
+    if not known:
+        raise Irregular("a delivered field the schema does not know")
+    return np.array(
+        [-1 if v is None or v is msgspec.UNSET else min(v, MAX_EXACT_FLOAT) for v in values],
+        dtype=np.int64,
+    )
+
+
+def _pick(records: list[Any], index: Ints) -> list[Any]:
+    return itemgetter_list(records, index)
+
+
+class Columnar:
+    """One log through the columnar checks; `run` returns the agreeing result or raises
+    `Irregular`."""
+
+    def __init__(self, path: str, metrics: str | None) -> None:
+        self.path = path
+        self.metrics = metrics
+        self.header: Header | None = None
+        self.totals_record: tuple[int, Record] | None = None
+        self.tally = Tally()
+        self.table = RequestTable()
+        self.counters: Counters | None = None
+        self.last_step = -1
+        self.delivered_known = delivered_in_schema()
+
+    def run(
+        self, source: str, lines: Sequence[tuple[int, bytes, bool]] | None, bar: Any
+    ) -> ReplayResult:
+        carry: list[Any] = []
+        carry_kinds = np.zeros(0, dtype=np.int8)
+        carry_line = first = 1  # the line of carry[0]; a batch's records are consecutive lines
+        for chunk in byte_chunks(source, lines):
+            records, kinds = decode_chunk(self.path, first, chunk)
+            start = first
+            first += len(records)
+            if bar is not None:
+                bar.update(len(records))
+            records, start, kinds = self._strip_dicts(records, start, kinds)
+            if not carry:
+                carry_line = start
+            elif len(kinds):
+                kinds = np.concatenate([carry_kinds, kinds])
+            carry, carry_line, carry_kinds = self._steps(
+                carry + records, carry_line, kinds, final=False
+            )
+        self._steps(carry, carry_line, carry_kinds, final=True)
+        return self._finish()
+
+    def _strip_dicts(
+        self, records: list[Any], start: int, kinds: Kinds
+    ) -> tuple[list[Any], int, Kinds]:
+        """Take the header (line 1) and the totals record (the last line) out of the records
+        (lines ``start``, ``start + 1``, ...); returns the rest and its first line."""
+        if self.totals_record is not None and records:
+            raise Irregular("a record after the totals record")
+        if records and start == 1:
+            head = records[0]
+            if type(head) is not dict or head["record"] != "header":
+                raise Irregular("the first record is not the header")
+            try:
+                header = Header.from_record(head)
+            except (KeyError, ValueError) as exc:
+                raise Irregular(f"header: {exc}") from None
+            if header.profile is None:
+                raise Irregular("no counting profile")
+            self.header = header
+            self.tally.counts["header"] += 1
+            records, start, kinds = records[1:], 2, kinds[1:]
+        if records and type(records[-1]) is dict and records[-1]["record"] == "totals":
+            self.totals_record = (start + len(records) - 1, records[-1])
+            self.tally.counts["totals"] += 1
+            records, kinds = records[:-1], kinds[:-1]
+        return records, start, kinds
+
+    def _steps(
+        self, records: list[Any], start: int, kinds: Kinds, final: bool
+    ) -> tuple[list[Any], int, Kinds]:
+        """Check the records of whole steps (lines ``start``, ...); return the last (maybe
+        unfinished) step's records and their first line."""
+        if not records:
+            return [], start, kinds
+        if self.header is None:
+            raise Irregular("no header")
+        if (kinds > 2).any():
+            raise Irregular("a header or totals record out of place")
+        steps = np.fromiter(map(_STEP, records), dtype=np.int64, count=len(records))
+        if steps[0] < self.last_step or (steps[1:] < steps[:-1]).any():
+            raise Irregular("a step went backwards")
+        cut = len(records) if final else int(np.searchsorted(steps, steps[-1]))
+        if cut == 0:
+            return records, start, kinds
+        lines = np.arange(start, start + cut, dtype=np.int64)
+        self._check(records[:cut], lines, steps[:cut], kinds[:cut])
+        return records[cut:], start + cut, kinds[cut:]
+
+    def _check(self, records: list[Any], lines: Ints, steps: Ints, kinds: Kinds) -> None:
+        header = self.header
+        assert header is not None
+        mode, k = header.mode, header.k
+        new = np.count_nonzero(steps[1:] != steps[:-1]) + int(steps[0] != self.last_step)
+        self.tally.steps += int(new)
+        self.last_step = int(steps[-1])
+        rs_at = np.flatnonzero(kinds == 0)
+        rq_at = np.flatnonzero(kinds == 1)
+        ss_at = np.flatnonzero(kinds == 2)
+        blocks = _pick(records, rs_at)
+        counts = self.tally.counts
+        counts["request_step"] += len(rs_at)
+        counts["request"] += len(rq_at)
+        counts["step_stats"] += len(ss_at)
+        outcomes = list(map(_OUTCOME, blocks))
+        if outcomes.count("applied") == len(outcomes):
+            applied = np.ones(len(outcomes), dtype=np.bool_)
+        else:
+            applied = np.fromiter(map("applied".__eq__, outcomes), np.bool_, len(outcomes))
+        # Lifecycle records and discarded blocks, in line order, through the request table.
+        discarded = rs_at[~applied]
+        order = np.sort(np.concatenate([rq_at, discarded]))
+        events = [(int(lines[i]), records[i]) for i in order.tolist()]
+        done = self.table.lifecycle(events, self.last_step)
+        self.tally.requests = self.table.requests
+        slot = np.fromiter(
+            map(self.table.slots.__getitem__, map(_REQUEST, blocks)), np.int64, len(blocks)
+        )
+        block_lines, block_steps = lines[rs_at], steps[rs_at]
+        check_block_order(slot, block_lines, self.table, applied)
+        check_one_block_per_step(block_steps, slot)
+        counts5 = _block_ints(blocks)
+        columns = BlockColumns(
+            proposed=counts5[:, 0],
+            padding=counts5[:, 1],
+            grammar_valid=_nullable(blocks, "grammar_valid"),
+            scheduled=counts5[:, 2],
+            invalid=_nullable(blocks, "invalid"),
+            verified=_nullable(blocks, "verified"),
+            accepted=counts5[:, 3],
+            sampled=counts5[:, 4],
+            delivered=_delivered(blocks, self.delivered_known),
+            applied=applied,
+            structured=self.table.structured[slot],
+        )
+        result = check_blocks(mode, k, columns)
+        stats = _pick(records, ss_at)
+        per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
+        if not set(map(len, per_pos)) <= {k}:
+            raise Irregular("a per-position vector whose length is not k")
+        values = np.zeros((len(stats), 3 + k), dtype=np.int64)
+        if stats:
+            if max(max(p) for p in per_pos) > MAX_EXACT_FLOAT:
+                raise Irregular("a per-position count too large")
+            values[:, 0] = _ints(stats, "num_drafts")
+            values[:, 1] = _ints(stats, "num_draft_tokens")
+            values[:, 2] = _ints(stats, "num_accepted_tokens")
+            values[:, 3:] = np.array(per_pos, dtype=np.int64)
+        check_step_stats(
+            k,
+            block_steps,
+            block_lines,
+            (result.legacy_drafts, result.legacy_tokens, result.legacy_accepted),
+            StatsColumns(steps[ss_at], lines[ss_at], values),
+        )
+        self.tally.checked += len(rs_at) + len(ss_at)
+        self.counters = (
+            result.counters if self.counters is None else self.counters.merge(result.counters)
+        )
+        for name, value in result.shift.items():
+            self.tally.shift[name] += value
+        self.table.release(done)
+
+    def _finish(self) -> ReplayResult:
+        header = self.header
+        if header is None:
+            raise Irregular("no header")
+        self.table.finish()
+        if self.totals_record is None:
+            raise Irregular("no totals record: an incomplete log")
+        counters = self.counters if self.counters is not None else Counters.zero(header.k)
+        try:
+            check_invariants(counters)
+        except InvariantViolation as exc:
+            raise Irregular(str(exc)) from None
+        legacy = counters.legacy
+        ref = (
+            legacy.num_drafts,
+            legacy.num_draft_tokens,
+            legacy.num_accepted_tokens,
+            list(counters.per_position("legacy_accepted")),
+        )
+        _, rec = self.totals_record
+        actual = (
+            rec["num_drafts"],
+            rec["num_draft_tokens"],
+            rec["num_accepted_tokens"],
+            rec["num_accepted_tokens_per_pos"],
+        )
+        if actual != ref:
+            raise Irregular("totals differ")
+        self.tally.checked += 1
+        if self.metrics is not None:
+            try:
+                if metrics_divergence(self.metrics, header, ref, self.path) is not None:
+                    raise Irregular("metrics differ")
+            except BadInput as exc:
+                raise Irregular(str(exc)) from None
+            self.tally.checked += 1
+        summary = make_summary(self.path, header, self.tally, counters)
+        return ReplayResult(self.path, "agree", [], None, summary, [], counters)
+
+
+def replay_columnar(
+    path: str,
+    *,
+    source: str | None = None,
+    metrics: str | None = None,
+    lines: Sequence[tuple[int, bytes, bool]] | None = None,
+    bar: Any = None,
+) -> ReplayResult | None:
+    """The agreeing result of a log the columnar checker vouches for; None: the reference
+    replay must judge it. ``source`` is the file to read (default ``path``; stdin is spooled
+    to a file by the caller), ``path`` the name reports use."""
+    try:
+        return Columnar(path, metrics).run(source or path, lines, bar)
+    except Irregular:
+        return None
+    except Exception:
+        # A fault of the columnar code on some input must not decide a verdict either: the
+        # reference judges the log (the tests set STRICT so that such a fault fails them).
+        if STRICT:
+            raise
+        return None

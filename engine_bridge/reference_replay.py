@@ -1,0 +1,633 @@
+"""The plain replay: every record through the reference machine, one event at a time.
+
+This is the authority. A cursor walks the log one line at a time; each record is translated
+into reference events (translate.py) and folded into the reference `Engine`; the engine's own
+numbers are asserted against the reference's profile for that engine version:
+
+* ``request_step``: ``scheduled`` and ``invalid`` against ``step.pipeline`` /
+  ``step.legacy_scheduled_invalid`` of the block the reference built, ``accepted`` against
+  ``max(sampled - 1, 0)``, and the claimed ``outcome`` against how the reference closed it;
+* ``step_stats``: num_drafts / num_draft_tokens / num_accepted_tokens / per-position accepted
+  against the sum of ``step.legacy_step`` over that step's blocks, compared when the step
+  closes (a step without a ``step_stats`` record is compared with zeros: the engine counted
+  nothing; the last step of a log cut before its totals record is not compared);
+* at the end: every record consumed, open blocks reported, the ``totals`` record and an optional
+  final Prometheus scrape against the reference totals.
+
+The columnar checker (columnar.py) hands every log it cannot vouch for to this class, which
+then produces the report. Memory: the open requests, the current step and the last
+`ENDED_MEMORY` ended ids (so that a late record says "request already finished").
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from operator import add
+from typing import Any
+
+from spectally.reference.arith import INT_ARITH
+from spectally.reference.errors import IllegalEvent, InvariantViolation
+from spectally.reference.events import Accept, Event, StepBegin
+from spectally.reference.invariants import check_invariants
+from spectally.reference.machine import Engine, EngineConfig, RequestState
+from spectally.reference.step import (
+    Mode,
+    legacy_scheduled_invalid,
+    legacy_step,
+    pipeline,
+)
+
+from .accounts import Claim, Held, StepAccount, StopReplay, event_text, metrics_divergence
+from .records import BadInput, Record, parse_line
+from .report import LEGACY_FIELDS, Divergence, Tally, column, fmt, rows, shift_terms
+from .translate import (
+    DISCARDED_OUTCOMES,
+    LEGACY_MAX_VERSION,
+    Header,
+    Untranslatable,
+    delivered_mismatch,
+    lifecycle_event,
+    translate_block,
+)
+
+ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
+
+__all__ = ["ENDED_MEMORY", "Replayer", "StopReplay", "metrics_divergence"]
+
+
+class Replayer:
+    """Folds one step log through the reference; `feed` records (or `feed_lines`), then
+    `finish`."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        max_divergences: int = 1,
+        check_invariants: bool = False,
+        metrics: str | None = None,
+    ) -> None:
+        self.path = path
+        self.max_divergences = max(1, max_divergences)
+        self.check = check_invariants
+        self.metrics_path = metrics
+        self.header: Header | None = None
+        self.engine: Engine | None = None
+        self.mode = Mode.SYNC
+        self.k = 1
+        self.step: int | None = None
+        self.account: StepAccount | None = None
+        self.held: dict[str, Held] = {}
+        self.held_accepts: dict[str, list[tuple[Accept, Claim]]] = {}
+        self.claims: dict[tuple[str, int], Claim] = {}
+        self.ended: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self.quarantined: dict[str, int] = {}
+        self.divergences: list[Divergence] = []
+        self.notes: list[str] = []
+        self.tally = Tally()
+        self.legacy_sum = [0, 0, 0]
+        self.legacy_pos: list[int] = []
+        self.reported_sum = [0, 0, 0]
+        self.reported_pos: list[int] = []
+        self.totals_record: tuple[int, Record] | None = None
+        self.line = 0
+
+    # -- driver ----------------------------------------------------------------------------------
+
+    def feed_lines(self, lines: Iterable[tuple[int, bytes, bool]]) -> None:
+        """`feed` every line of a log, each decoded and validated by `records.parse_line`."""
+        for lineno, raw, has_newline in lines:
+            self.line = lineno
+            self.feed(lineno, parse_line(self.path, lineno, raw, has_newline))
+
+    def feed(self, line: int, rec: Record) -> None:
+        self.line = line
+        kind = rec["record"]
+        self.tally.counts[kind] += 1
+        if self.totals_record is not None:
+            raise BadInput(self.path, line, 1, "record after the totals record (totals is last)")
+        if kind == "header":
+            self._header(line, rec)
+            return
+        if self.engine is None:
+            raise BadInput(self.path, line, 1, "the first record must be the header")
+        if kind == "totals":
+            self._per_pos_length(line, rec)
+            self.totals_record = (line, rec)
+            return
+        self._advance(line, rec["step"])
+        if kind == "request_step":
+            self._request_step(line, rec)
+        elif kind == "request":
+            self._request(line, rec)
+        else:
+            self._step_stats(line, rec)
+
+    def finish(self) -> None:
+        if self.engine is None:
+            raise BadInput(self.path, max(self.line, 1), 1, "empty log: no header record")
+        complete = self.totals_record is not None
+        self._close_account(last=not complete)
+        for rid in list(self.held):
+            self._release(rid)
+        for rid, state in self.engine.requests.items():
+            for block in state.blocks:
+                claim = self.claims.pop((rid, block.step), None)
+                where = f"request {rid!r} {block.describe()}"
+                self.tally.open_blocks.append(where)
+                if complete and claim is not None and rid not in self.quarantined:
+                    self._diverge(
+                        claim.line,
+                        1,
+                        "end",
+                        block.step,
+                        f"the record claims {claim.outcome}, but no later record closes the"
+                        f" block: still open at the end of the log ({where})",
+                        claim.record,
+                        [("outcome", "open", claim.outcome)],
+                        self._state(rid),
+                    )
+        if not complete:
+            self.tally.open_requests = len(self.engine.requests)
+        self._final_checks()
+
+    # -- records ---------------------------------------------------------------------------------
+
+    def _header(self, line: int, rec: Record) -> None:
+        if self.header is not None:
+            raise BadInput(self.path, line, 1, "a second header record")
+        if sum(self.tally.counts.values()) > 1:
+            raise BadInput(self.path, line, 1, "the header must be the first record")
+        header = Header.from_record(rec)
+        if header.profile is None:
+            newest = ".".join(str(v) for v in LEGACY_MAX_VERSION)
+            raise BadInput(
+                self.path,
+                line,
+                1,
+                f"no counting profile for {header.engine} {header.engine_version}: replay"
+                f" predicts the engine's counters for vllm <= {newest} (vllm-legacy) only",
+            )
+        self.header = header
+        self.mode = header.mode
+        self.k = header.k
+        self.engine = Engine(
+            EngineConfig(header.mode, header.k, header.drop_stale_output), check=self.check
+        )
+        self.legacy_pos = [0] * self.k
+        self.reported_pos = [0] * self.k
+
+    def _advance(self, line: int, step: int) -> None:
+        current = self.step
+        if current is not None and step <= current:
+            if step < current:
+                raise BadInput(
+                    self.path, line, 1, f"step went backwards: step {step} after step {current}"
+                )
+            return
+        self._close_account()
+        for rid, held in list(self.held.items()):
+            if held.step + 1 < step:
+                self._release(rid)
+        assert self.engine is not None
+        self.engine.apply(StepBegin(step))
+        self.step = step
+        self.tally.steps += 1
+        self.account = StepAccount(step, self.k)
+
+    def _lookup(self, line: int, rec: Record) -> RequestState | None:
+        """The request's state; None when it ended (a divergence is recorded) or is
+        quarantined after an earlier divergence (counted as skipped)."""
+        assert self.engine is not None
+        rid = rec["request"]
+        if rid in self.quarantined:
+            self.tally.skipped += 1
+            return None
+        state = self.engine.requests.get(rid)
+        if state is not None:
+            return state
+        ended = self.ended.get(rid)
+        if ended is None:
+            raise BadInput(
+                self.path,
+                line,
+                column(rec, "request"),
+                f"record for unknown request {rid!r} (no add record before it)",
+            )
+        status, at = ended
+        self._diverge(
+            line,
+            column(rec, "request"),
+            rec["record"],
+            rec.get("step"),
+            f"request already {status} (line {at})",
+            rec,
+            [],
+            [f"request {rid!r}: {status} at line {at}"],
+        )
+        self.quarantined[rid] = line
+        return None
+
+    def _request(self, line: int, rec: Record) -> None:
+        assert self.engine is not None
+        rid = rec["request"]
+        if rec["event"] == "add":
+            if rid in self.engine.requests or rid in self.ended or rid in self.quarantined:
+                raise BadInput(
+                    self.path, line, column(rec, "request"), f"request {rid!r} added twice"
+                )
+            self._apply(lifecycle_event(rec), line, rec)
+            self.tally.requests += 1
+            return
+        if rid in self.held:
+            self._release(rid)
+        if self._lookup(line, rec) is None:
+            return
+        self.held[rid] = Held(lifecycle_event(rec), line, rec, rec["step"])
+
+    def _request_step(self, line: int, rec: Record) -> None:
+        assert self.engine is not None and self.account is not None
+        rid = rec["request"]
+        step = rec["step"]
+        outcome = rec["outcome"]
+        if self.account.stats is not None:
+            raise BadInput(
+                self.path, line, 1, f"request_step for step {step} after that step's step_stats"
+            )
+        self._check_delivered(line, rec)
+        held = self.held.get(rid)
+        if held is not None and not (outcome in DISCARDED_OUTCOMES and step <= held.step + 1):
+            self._release(rid)
+        state = self._lookup(line, rec)
+        if state is None:
+            self.account.tainted = self.account.tainted or f"request {rid!r} is quarantined"
+            return
+        self.tally.checked += 1
+        mode = self.mode
+        try:
+            plan = translate_block(mode, state.structured, rec)
+        except Untranslatable as exc:
+            self.account.tainted = f"line {line} could not be translated"
+            self._diverge(
+                line,
+                column(rec, exc.field),
+                "request_step",
+                step,
+                exc.reason,
+                rec,
+                [],
+                self._state(rid),
+            )
+            return
+        for event in plan.events:
+            if not self._apply(event, line, rec):
+                self.account.tainted = f"line {line} was rejected by the reference"
+                return
+        accepted = rec["accepted"]
+        expected_accepted = max(rec["sampled"] - 1, 0)
+        if outcome == "applied":
+            assert plan.accept is not None
+            closed = self._apply_closing(plan.accept, line, rec)
+            if closed is None:
+                self.account.tainted = f"line {line} was rejected by the reference"
+                return
+            inputs = closed.inputs
+            actual_outcome = closed.outcome.value
+        else:
+            block = self.engine.requests[rid].block_at(step)
+            assert block is not None
+            # A discarded block is counted by neither profile: stale output is discarded only
+            # when vLLM dropped it, and then vLLM 0.32 skips it too (SPEC.md R6, L5, DEC-7).
+            # Whether the preemption really dropped it is checked when its Accept is applied.
+            inputs = block.inputs(state.structured, accepted, False, False)
+            actual_outcome = outcome
+            claim = Claim(line, outcome, rec)
+            self.claims[(rid, step)] = claim
+            if plan.accept is not None:
+                self.held_accepts.setdefault(rid, []).append((plan.accept, claim))
+                held = self.held.get(rid)
+                if held is not None and held.record["event"] == "preempt":
+                    self._release(rid)
+        scheduled_slots = pipeline(mode, inputs, INT_ARITH).scheduled_slots
+        if plan.in_forward_pass:
+            exp_invalid = legacy_scheduled_invalid(mode, inputs, INT_ARITH)
+            act_invalid = rec["invalid"] or 0
+        else:
+            exp_invalid = act_invalid = rec["invalid"] or 0
+        scheduled = rec["scheduled"]
+        if (
+            scheduled_slots != scheduled
+            or exp_invalid != act_invalid
+            or expected_accepted != accepted
+            or actual_outcome != outcome
+        ):
+            table = [
+                ("scheduled", scheduled_slots, scheduled),
+                ("invalid", exp_invalid, act_invalid),
+                ("accepted", expected_accepted, accepted),
+                ("outcome", actual_outcome, outcome),
+            ]
+            bad = next(n for n, e, a in table if e != a)
+            reason = {
+                "scheduled": "scheduled slots differ from the reference's schedule of this block",
+                "invalid": "num_invalid_spec_tokens differs from the reference's count",
+                "accepted": "accepted is not max(sampled - 1, 0)",
+                "outcome": "the block's outcome differs from the reference's",
+            }[bad]
+            self.account.tainted = f"line {line} diverged"
+            self._diverge(
+                line, column(rec, bad), "request_step", step, reason, rec, table, self._state(rid)
+            )
+            return
+        lg = legacy_step(mode, inputs, INT_ARITH)
+        self.account.add(line, rid, lg)
+        self.legacy_sum[0] += lg.num_drafts
+        self.legacy_sum[1] += lg.num_draft_tokens
+        self.legacy_sum[2] += lg.num_accepted_tokens
+        for i in range(lg.num_accepted_tokens):
+            self.legacy_pos[i] += 1
+        shift = self.tally.shift
+        for name, value in zip(shift, shift_terms(mode, inputs, lg, INT_ARITH), strict=True):
+            shift[name] += value
+
+    def _step_stats(self, line: int, rec: Record) -> None:
+        account = self.account
+        assert account is not None
+        if account.stats is not None:
+            raise BadInput(self.path, line, 1, f"a second step_stats record for step {rec['step']}")
+        self._per_pos_length(line, rec)
+        account.stats = (line, rec)
+        per_pos = rec["num_accepted_tokens_per_pos"]
+        reported = self.reported_sum
+        reported[0] += rec["num_drafts"]
+        reported[1] += rec["num_draft_tokens"]
+        reported[2] += rec["num_accepted_tokens"]
+        self.reported_pos = list(map(add, self.reported_pos, per_pos))
+
+    def _close_account(self, last: bool = False) -> None:
+        """Compare the closing step's account with its step_stats record (zeros if none; not
+        at all for the last step of a log that ends before its totals record)."""
+        account = self.account
+        if account is None:
+            return
+        self.account = None
+        if account.stats is not None:
+            line, rec = account.stats
+            actual = (
+                rec["num_drafts"],
+                rec["num_draft_tokens"],
+                rec["num_accepted_tokens"],
+                rec["num_accepted_tokens_per_pos"],
+            )
+            self._compare_account(account, line, rec, actual)
+            return
+        if account.empty() and account.tainted is None:
+            return
+        if last:
+            self.notes.append(
+                f"step {account.step}: step_stats not compared (the log ends before them)"
+            )
+            return
+        self._compare_account(account, None, None, (0, 0, 0, [0] * self.k))
+
+    def _compare_account(
+        self,
+        account: StepAccount,
+        line: int | None,
+        rec: Record | None,
+        actual: tuple[int, int, int, list[int]],
+    ) -> None:
+        if account.tainted is not None:
+            self.notes.append(f"step {account.step}: step_stats not compared ({account.tainted})")
+            return
+        self.tally.checked += 1
+        expected = account.values()
+        if expected == actual:
+            return
+        names = (*LEGACY_FIELDS, "num_accepted_tokens_per_pos")
+        table = [(n, e, a) for n, e, a in zip(names, expected, actual, strict=True)]
+        if line is None:
+            reason = "the engine reported no step_stats for this step, the reference counts"
+            where = account.blocks[-1][0] if account.blocks else self.line
+        else:
+            bad = [n for n, e, a in table if e != a]
+            reason = f"{', '.join(bad)} differ from the sum of legacy_step over the step's blocks"
+            where = line
+        state = [f"step {account.step} blocks (line: request -> legacy drafts/tokens/accepted):"]
+        for bline, rid, (nd, nt, na) in account.blocks:
+            state.append(f"  line {bline}: {rid!r} -> {nd}/{nt}/{na}; {self._describe(rid)}")
+        self._diverge(where, 1, "step_stats", account.step, reason, rec, table, state)
+
+    # -- engine ----------------------------------------------------------------------------------
+
+    def _apply(self, event: Event, line: int, rec: Record) -> bool:
+        """Apply one event; on an illegal event record a divergence and quarantine the request."""
+        assert self.engine is not None
+        try:
+            closed = self.engine.apply(event)
+        except IllegalEvent as exc:
+            rid = getattr(event, "request", None)
+            self._diverge(
+                line,
+                1,
+                rec["record"],
+                rec.get("step"),
+                f"the reference rejects {event_text(event)}: {exc.reason}",
+                rec,
+                [],
+                [f"request {rid!r}: {exc.state}", *self._counters(rid)],
+            )
+            if rid is not None:
+                self.quarantined[rid] = line
+            return False
+        except InvariantViolation as exc:  # the reference itself is wrong: say so loudly
+            self._diverge(line, 1, "invariant", rec.get("step"), str(exc), rec, [], [])
+            return False
+        for c in closed:
+            claim = self.claims.pop((c.request, c.step), None)
+            if claim is None or claim.outcome == c.outcome.value:
+                continue
+            self._diverge(
+                claim.line,
+                column(claim.record, "outcome"),
+                "request_step",
+                c.step,
+                f"the record claims {claim.outcome}; the reference closes the block as"
+                f" {c.outcome.value} (at line {line}: {event_text(event)})",
+                claim.record,
+                [("outcome", c.outcome.value, claim.outcome)],
+                self._state(c.request),
+            )
+        return True
+
+    def _apply_closing(self, accept: Accept, line: int, rec: Record) -> Any:
+        """Apply an applied block's Accept: the `ClosedBlock`, or None when it is illegal."""
+        assert self.engine is not None
+        try:
+            closed = self.engine.apply(accept)
+        except IllegalEvent as exc:
+            self._diverge(
+                line,
+                column(rec, "accepted"),
+                "request_step",
+                rec["step"],
+                f"the reference rejects {event_text(accept)}: {exc.reason}",
+                rec,
+                [],
+                [f"request {accept.request!r}: {exc.state}", *self._counters(accept.request)],
+            )
+            self.quarantined[accept.request] = line
+            return None
+        return closed[0]
+
+    def _release(self, rid: str) -> None:
+        """Apply a held lifecycle event (and, after a preemption, the held stale accepts)."""
+        held = self.held.pop(rid)
+        assert self.engine is not None
+        if not self._apply(held.event, held.line, held.record):
+            self.held_accepts.pop(rid, None)
+            return
+        event = held.record["event"]
+        accepts = self.held_accepts.pop(rid, [])
+        if event == "preempt":
+            for accept, claim in accepts:
+                if self.claims.get((rid, accept.step)) is claim:  # still open, now stale
+                    self._apply(accept, claim.line, claim.record)
+            return
+        state = self.engine.requests.pop(rid)
+        self.ended[rid] = (state.status.value, held.line)
+        self.ended.move_to_end(rid)
+        if len(self.ended) > ENDED_MEMORY:
+            self.ended.popitem(last=False)
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def _check_delivered(self, line: int, rec: Record) -> None:
+        """A divergence when the record's observed ``delivered`` contradicts its outcome
+        (`translate.delivered_mismatch`); the record is then read as usual (its counts are
+        still checked and folded, so one bad field does not cascade)."""
+        bad = delivered_mismatch(rec)
+        if bad is not None:
+            self._diverge(
+                line,
+                column(rec, "delivered"),
+                "request_step",
+                rec["step"],
+                bad.reason,
+                rec,
+                [("delivered", bad.expected, bad.actual)],
+                self._state(rec["request"]),
+            )
+
+    def _diverge(
+        self,
+        line: int,
+        col: int,
+        kind: str,
+        step: int | None,
+        reason: str,
+        rec: Record | None,
+        table: list[tuple[str, Any, Any]],
+        state: list[str],
+        path: str | None = None,
+    ) -> None:
+        self.tally.failed += 1
+        self.divergences.append(
+            Divergence(path or self.path, line, col, kind, step, reason, rec, table, state)
+        )
+        if len(self.divergences) >= self.max_divergences:
+            raise StopReplay
+
+    def _describe(self, rid: str) -> str:
+        assert self.engine is not None
+        state = self.engine.requests.get(rid)
+        if state is not None:
+            kind = "structured" if state.structured else "unstructured"
+            return f"{kind}, {state.describe()}"
+        ended = self.ended.get(rid)
+        return f"{ended[0]} at line {ended[1]}" if ended else "unknown"
+
+    def _state(self, rid: str) -> list[str]:
+        return [f"request {rid!r}: {self._describe(rid)}", *self._counters(rid)]
+
+    def _counters(self, rid: str | None) -> list[str]:
+        assert self.engine is not None
+        state = self.engine.requests.get(rid) if rid is not None else None
+        if state is None:
+            return []
+        c = state.counters
+        r, lg = c.rfc, c.legacy
+        return [
+            f"rfc: drafted {r.drafted} verified {r.verified} accepted {r.accepted}"
+            f" spec_steps {r.spec_steps}",
+            f"vllm-legacy: num_drafts {lg.num_drafts} num_draft_tokens {lg.num_draft_tokens}"
+            f" num_accepted_tokens {lg.num_accepted_tokens}",
+        ]
+
+    def _per_pos_length(self, line: int, rec: Record) -> None:
+        n = len(rec["num_accepted_tokens_per_pos"])
+        if n != self.k:
+            raise BadInput(
+                self.path,
+                line,
+                column(rec, "num_accepted_tokens_per_pos"),
+                f"num_accepted_tokens_per_pos has {n} entries; the header says k = {self.k}",
+            )
+
+    def _final_checks(self) -> None:
+        assert self.engine is not None
+        totals = self.engine.totals
+        try:
+            check_invariants(totals)
+        except InvariantViolation as exc:
+            self._diverge(self.line, 1, "invariant", self.step, str(exc), None, [], [])
+        ref = (*self.legacy_sum, self.legacy_pos)
+        machine = (
+            totals.legacy.num_drafts,
+            totals.legacy.num_draft_tokens,
+            totals.legacy.num_accepted_tokens,
+            list(totals.per_position("legacy_accepted")),
+        )
+        # Blocks still open in a cut log were counted at read time: compare only a whole log.
+        if self.totals_record is not None and not self.divergences and tuple(ref) != machine:
+            self._diverge(
+                self.line,
+                1,
+                "internal",
+                self.step,
+                "the engine totals of the reference differ from the replay's per-block sums",
+                None,
+                rows(ref, machine),
+                [],
+            )
+        if self.totals_record is not None:
+            line, rec = self.totals_record
+            self.tally.checked += 1
+            actual = tuple(rec[f] for f in (*LEGACY_FIELDS, "num_accepted_tokens_per_pos"))
+            table = rows(ref, actual)
+            if any(e != a for _, e, a in table):
+                self._diverge(
+                    line,
+                    1,
+                    "totals",
+                    None,
+                    f"the totals record ({rec['source']}) differs from the reference's"
+                    " vllm-legacy totals",
+                    rec,
+                    table,
+                    [
+                        f"sum of step_stats records: {fmt(list(self.reported_sum))}"
+                        f" per_pos {fmt(self.reported_pos)}"
+                    ],
+                )
+        if self.metrics_path is not None:
+            self._check_metrics(ref)
+
+    def _check_metrics(self, ref: tuple[Any, ...]) -> None:
+        assert self.header is not None
+        divergence = metrics_divergence(self.metrics_path or "", self.header, ref, self.path)
+        self.tally.checked += 1
+        if divergence is not None:
+            self.tally.failed += 1
+            self.divergences.append(divergence)

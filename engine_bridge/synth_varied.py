@@ -1,0 +1,201 @@
+"""A high-variety synthetic step log: what a busy production replica writes.
+
+`engine_bridge/synth.py` writes a log with few distinct block shapes (k = 4, full proposals);
+this one is built to defeat anything that relies on repeated shapes: k = 8, adaptive
+verification, 35 % structured requests whose grammar cuts proposals at random, placeholder
+padding (uniform-length batches and skipped drafting), token-budget cuts, 64-256 concurrent
+requests drifting over time, uuid-like ids, requests of very different lengths that finish or
+are aborted, with the block in flight written after the end (async) or the dropped proposal
+(sync).
+
+As in synth.py, ``step_stats`` and ``totals`` are computed here the way vLLM 0.32's
+``make_spec_decoding_stats`` counts (a block counts when it had scheduled slots and its
+output was applied; drafted = scheduled - invalid; accepted = max(sampled - 1, 0)),
+independently of the reference. Memory: the running requests only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from typing import Any
+
+Record = dict[str, Any]
+
+
+def generate(
+    n_records: int,
+    *,
+    k: int = 8,
+    mode: str = "async",
+    av: bool = True,
+    structured_share: float = 0.35,
+    min_batch: int = 64,
+    max_batch: int = 256,
+    abort_share: float = 0.1,
+    seed: int = 0,
+) -> Iterator[Record]:
+    """About ``n_records`` records (the last step is completed, then the totals record)."""
+    rng = random.Random(seed)
+    yield {
+        "record": "header",
+        "schema_version": 1,
+        "engine": "vllm",
+        "engine_version": "0.32.0",
+        "num_speculative_tokens": k,
+        "scheduling": mode,
+        "spec_method": "eagle",
+        "structured_outputs_backend": "xgrammar" if structured_share > 0 else None,
+        "adaptive_verification": av,
+        "drop_stale_output": False,
+        "config": {"synthetic": True, "generator": "spectally.engine_bridge.synth_varied"},
+    }
+    emitted = 1
+    totals = [0, 0, 0]
+    totals_pos = [0] * k
+    active: dict[str, tuple[bool, float]] = {}  # id -> (structured, chance to end per step)
+    target = float(rng.randint(min_batch, max_batch))
+    step = 0
+    in_flight: list[Record] = []
+    while emitted < n_records:
+        step += 1
+        out: list[Record] = in_flight
+        in_flight = []
+        target = min(max(target + rng.gauss(0, 4), min_batch), max_batch)  # drifting load
+        while len(active) < target:
+            rid = f"cmpl-{rng.getrandbits(128):032x}"
+            structured = rng.random() < structured_share
+            active[rid] = (structured, 1.0 / rng.choice((3, 10, 40, 150, 600)))
+            out.append(
+                {
+                    "record": "request",
+                    "step": step,
+                    "request": rid,
+                    "event": "add",
+                    "structured": structured,
+                }
+            )
+        stats = [0, 0, 0]
+        pos = [0] * k
+        ended: list[tuple[str, str]] = []
+        budget_cut = rng.random() < 0.1  # a token budget that cuts this step's blocks
+        for rid, (structured, end_chance) in active.items():
+            if rng.random() < 0.03:
+                continue  # no draft block this step
+            rec = _block(rng, step, rid, structured, k, mode, av, budget_cut)
+            out.append(rec)
+            if rec["scheduled"] > 0:
+                accepted = rec["accepted"]
+                stats[0] += 1
+                stats[1] += rec["scheduled"] - (rec["invalid"] or 0)
+                stats[2] += accepted
+                for i in range(accepted):
+                    pos[i] += 1
+            if rng.random() < end_chance:
+                ended.append((rid, "abort" if rng.random() < abort_share else "finish"))
+        for rid, event in ended:
+            end: Record = {"record": "request", "step": step, "request": rid, "event": event}
+            if event == "finish":
+                end["reason"] = rng.choice(("stop", "length", "eos"))
+            out.append(end)
+        if stats[0]:
+            out.append(
+                {
+                    "record": "step_stats",
+                    "step": step,
+                    "num_drafts": stats[0],
+                    "num_draft_tokens": stats[1],
+                    "num_accepted_tokens": stats[2],
+                    "num_accepted_tokens_per_pos": pos,
+                }
+            )
+            for i in range(3):
+                totals[i] += stats[i]
+            for i in range(k):
+                totals_pos[i] += pos[i]
+        for rid, event in ended:
+            structured, _ = active.pop(rid)
+            outcome = "discarded_finished" if event == "finish" else "discarded_aborted"
+            if mode == "async" and rng.random() < 0.9:  # the next block was in flight
+                rec = _block(rng, step + 1, rid, structured, k, mode, av, False)
+            elif mode == "sync" and rng.random() < 0.3:  # a proposal never scheduled
+                rec = _block(rng, step + 1, rid, structured, k, mode, av, False)
+                rec.update(scheduled=0, verified=None, invalid=None)
+            else:
+                continue
+            rec.update(outcome=outcome, sampled=0, accepted=0)
+            in_flight.append(rec)
+        yield from out
+        emitted += len(out)
+    yield from in_flight
+    yield {
+        "record": "totals",
+        "source": "synthetic",
+        "num_drafts": totals[0],
+        "num_draft_tokens": totals[1],
+        "num_accepted_tokens": totals[2],
+        "num_accepted_tokens_per_pos": totals_pos,
+    }
+
+
+def _block(
+    rng: random.Random,
+    step: int,
+    rid: str,
+    structured: bool,
+    k: int,
+    mode: str,
+    av: bool,
+    budget_cut: bool,
+) -> Record:
+    r = rng.random()
+    if r < 0.05:
+        proposed, padding = 0, k  # skipped drafting: placeholders only
+    else:
+        proposed = k if r < 0.55 else rng.randint(1, k)
+        padding = k - proposed if proposed < k and rng.random() < 0.3 else 0  # uniform batch
+    grammar_valid: int | None = None
+    if structured:
+        grammar_valid = proposed if rng.random() < 0.5 else rng.randint(0, proposed)
+    sync = mode == "sync"
+    kept = grammar_valid if (structured and sync and grammar_valid is not None) else proposed
+    offered = kept if (structured and sync) else proposed + padding
+    scheduled = rng.randint(0, offered) if budget_cut and rng.random() < 0.5 else offered
+    scheduled_drafts = min(kept, scheduled)
+    verified: int | None = None
+    if av:
+        verified = scheduled_drafts if rng.random() < 0.6 else rng.randint(0, scheduled_drafts)
+    in_pass = scheduled_drafts if verified is None else verified
+    invalid: int | None = None
+    eligible = in_pass
+    if not sync and structured:
+        assert grammar_valid is not None
+        valid = min(scheduled_drafts, grammar_valid)
+        invalid = scheduled - valid
+        grammar_valid = scheduled - invalid
+        eligible = min(in_pass, valid)
+    accepted = 0
+    while accepted < eligible and rng.random() < 0.75:
+        accepted += 1
+    return {
+        "record": "request_step",
+        "step": step,
+        "request": rid,
+        "proposed": proposed,
+        "padding": padding,
+        "grammar_valid": grammar_valid,
+        "scheduled": scheduled,
+        "invalid": invalid,
+        "verified": verified,
+        "sampled": accepted + 1,
+        "accepted": accepted,
+        "outcome": "applied",
+    }
+
+
+def lines(n_records: int, **kwargs: Any) -> Iterator[bytes]:
+    """The records of `generate` as NDJSON lines (bytes, newline included)."""
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    for rec in generate(n_records, **kwargs):
+        yield (dumps(rec) + "\n").encode()
