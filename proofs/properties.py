@@ -527,7 +527,8 @@ def _fold_is_merge(tag: str) -> list[Obligation]:
             *(z3.Int(f"{tag}.{mode.value}.p.{f.name}") for f in fields(PositionCounts))
         )
         c, lc = st.rfc_step(mode, x, AR), st.legacy_step(mode, x, AR)
-        pairs = [
+        # (name, folded, merged): the three counter dataclasses differ in type, not in shape.
+        pairs: list[tuple[str, Any, Any]] = [
             (
                 "rfc_add_step",
                 ct.rfc_add_step(rfc, c, AR),

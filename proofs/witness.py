@@ -123,6 +123,11 @@ def engine_events(q: StepQuery, request: str = "r0") -> list[Any]:
     return out
 
 
+def _int(value: object) -> int:
+    assert isinstance(value, int), value
+    return value
+
+
 def engine_counts(q: StepQuery, k: int) -> dict[str, dict[str, int]]:
     """Run the query's events through the engine state machine and read its totals."""
     engine = mc.Engine(mc.EngineConfig(mode=q.mode, k=max(k, q.proposed + q.padding, 1)))
@@ -131,8 +136,8 @@ def engine_counts(q: StepQuery, k: int) -> dict[str, dict[str, int]]:
     rfc, legacy = d["rfc"], d["vllm-legacy"]
     assert isinstance(rfc, dict) and isinstance(legacy, dict)
     return {
-        "rfc": {n: int(rfc[n]) for n in COUNT_NAMES},
-        "vllm-legacy": {n: int(legacy[n]) for n in LEGACY_NAMES},
+        "rfc": {n: _int(rfc[n]) for n in COUNT_NAMES},
+        "vllm-legacy": {n: _int(legacy[n]) for n in LEGACY_NAMES},
     }
 
 

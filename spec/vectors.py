@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from spectally.reference import events as ev
 from spectally.reference.counters import Counters
@@ -117,13 +117,15 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_num(value: object) -> bool:
+def _is_num(value: object) -> TypeGuard[int | float]:
     return (_is_int(value) or isinstance(value, float)) and not (
         isinstance(value, float) and math.isnan(value)
     )
 
 
-def _obj(value: object, path: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
+def _obj(
+    value: object, path: str, required: Iterable[str], optional: Iterable[str] = ()
+) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(path, f"expected an object, got {type(value).__name__}")
     req, opt = set(required), set(optional)
@@ -208,7 +210,7 @@ def _check_metrics(value: object, path: str) -> None:
                     )
 
 
-def _check_step(vec: dict, path: str) -> None:
+def _check_step(vec: dict[str, Any], path: str) -> None:
     inp = _obj(
         vec["input"],
         f"{path}.input",
@@ -263,7 +265,7 @@ def _check_event(value: object, path: str) -> None:
         raise _fail(f"{path}.engine", "expected a string engine label")
 
 
-def _check_trace(vec: dict, path: str) -> None:
+def _check_trace(vec: dict[str, Any], path: str) -> None:
     cfg = _obj(vec["config"], f"{path}.config", ("mode", "k", "drop_stale_output"))
     if cfg["mode"] not in ("sync", "async"):
         raise _fail(f"{path}.config.mode", f"expected 'sync' or 'async', got {cfg['mode']!r}")
@@ -474,8 +476,7 @@ def run_step(vec: dict[str, Any], tol: float) -> VectorResult:
         actual = {"error": {"kind": "inadmissible", "violates": admissibility_rules(reasons)}}
     else:
         inputs = query.inputs()
-        actual = step_counts(query.mode, inputs)
-        actual["token_fates"] = token_fates(query.mode, inputs)
+        actual = {**step_counts(query.mode, inputs), "token_fates": token_fates(query.mode, inputs)}
     result.actual = actual
     expected = vec["expect"]
     if "error" in expected:
