@@ -31,11 +31,11 @@ from typing import Annotated, Any, BinaryIO, Literal
 import msgspec
 import numpy as np
 
-from .records import GZIP_MAGIC, BadInput, Record, load_schema, parse_line
+from .limits import MAX_INT, MAX_LINE_BYTES
+from .records import BadInput, Record, load_schema, parse_line
+from .source import close_stream, open_binary
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
-MAX_INT = 2**63 - 1  # limits.py: integers at most 2**63 - 1
-MAX_LINE_BYTES = 1 << 20  # limits.py: a line at most 1 MiB
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
@@ -134,12 +134,12 @@ def delivered_in_schema() -> bool:
 
 
 def open_log(path: str) -> BinaryIO:
-    """The decompressed byte stream of a log file (gzip recognised by its magic bytes)."""
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    if raw.peek(2)[:2] == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
-
+    """The decompressed byte stream of a log (`source.open_binary`: the one opener, so gzip,
+    stdin and other compressions are told apart exactly as the reference replay does)."""
+    try:
+        return open_binary(path)
+    except BadInput as exc:
+        raise Irregular(str(exc)) from None
 
 def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> Iterator[bytes]:
     """The log's bytes in chunks of whole lines (each ends with a newline, except perhaps the
@@ -150,10 +150,7 @@ def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> I
             part = lines[start : start + (1 << 15)]
             yield b"".join(raw + b"\n" if nl else raw for _, raw, nl in part)
         return
-    try:
-        stream = open_log(path)
-    except OSError as exc:
-        raise Irregular(f"cannot open: {exc}") from None
+    stream = open_log(path)
     rest = b""
     try:
         while True:
@@ -168,11 +165,13 @@ def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> I
             cut = block.rfind(b"\n")
             if cut < 0:
                 rest += block
+                if len(rest) > MAX_LINE_BYTES:  # memory stays bounded whatever one line says
+                    raise Irregular("a line over the limit")
                 continue
             yield rest + block[: cut + 1]
             rest = block[cut + 1 :]
     finally:
-        stream.close()
+        close_stream(stream)
 
 
 # -- decoding ------------------------------------------------------------------------------------
@@ -265,6 +264,8 @@ _DELIVERED = attrgetter("delivered")
 
 
 def _reparse(path: str, lineno: int, text: bytes, has_newline: bool) -> Any:
+    if len(text) > MAX_LINE_BYTES:  # the reference's line source (source.iter_lines) says so
+        raise Irregular(f"line {lineno} is over the limit")
     try:
         rec: Record = parse_line(path, lineno, text, has_newline)
     except BadInput as exc:

@@ -49,6 +49,7 @@ from .translate import (
     delivered_mismatch,
     lifecycle_event,
     translate_block,
+    vllm_accepted,
 )
 
 ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
@@ -285,7 +286,7 @@ class Replayer:
                 self.account.tainted = f"line {line} was rejected by the reference"
                 return
         accepted = rec["accepted"]
-        expected_accepted = max(rec["sampled"] - 1, 0)
+        expected_accepted = vllm_accepted(rec["sampled"], INT_ARITH)
         if outcome == "applied":
             assert plan.accept is not None
             closed = self._apply_closing(plan.accept, line, rec)

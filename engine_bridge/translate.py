@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from spectally.reference.arith import INT_ARITH, Arith, B, N
 from spectally.reference.events import (
     Abort,
     Accept,
@@ -235,6 +236,24 @@ class DeliveredMismatch:
     actual: int
 
 
+def vllm_accepted(sampled: N, ar: Arith[N, B]) -> N:
+    """What vLLM reports as accepted for a block that sampled ``sampled`` tokens: all but the
+    one bonus / correction token, ``max(sampled - 1, 0)`` (SPEC.md section 8). Written over
+    `Arith` so the reference replay (ints) and the columnar checker (arrays) share it."""
+    return ar.max(ar.sub(sampled, ar.lit(1)), ar.lit(0))
+
+
+def delivered_consistent(applied: B, delivered: N, sampled: N, ar: Arith[N, B]) -> B:
+    """The ``delivered`` rule (STEP_LOG.md): an applied block delivers between 1 (the bonus
+    token) and ``sampled`` tokens (stop trimming may cut the rest); a discarded one delivers
+    none. Over `Arith`, shared by `delivered_mismatch` and the columnar checker."""
+    one = ar.lit(1)
+    in_range = ar.both(ar.le(one, delivered), ar.le(delivered, sampled))
+    return ar.either(
+        ar.both(applied, in_range), ar.both(ar.negate(applied), ar.eq(delivered, ar.lit(0)))
+    )
+
+
 def delivered_mismatch(rec: Record) -> DeliveredMismatch | None:
     """Check a record's observed ``delivered`` (absent or null: not recorded, nothing to check)
     against its ``outcome``: ``applied`` needs ``1 <= delivered <= sampled`` (at least the
@@ -246,18 +265,16 @@ def delivered_mismatch(rec: Record) -> DeliveredMismatch | None:
     if delivered is None:
         return None
     outcome: str = rec["outcome"]
+    sampled: int = rec["sampled"]
+    if delivered_consistent(outcome == "applied", delivered, sampled, INT_ARITH):
+        return None
     if outcome == "applied":
-        sampled: int = rec["sampled"]
-        if 1 <= delivered <= sampled:
-            return None
         return DeliveredMismatch(
             f"an applied block delivers between 1 and sampled ({sampled}) tokens; the engine"
             f" appended {delivered}",
             f"1..{sampled}",
             delivered,
         )
-    if delivered == 0:
-        return None
     return DeliveredMismatch(
         f"the block is {outcome}, yet the engine appended {delivered} of its tokens to the"
         " request (delivered output is applied; only dropped stale output is discarded)",
