@@ -426,6 +426,9 @@ class ReplayResult:
     bad_input: BadInput | None
     summary: dict[str, Any]
     notes: list[str]
+    # The reference's counters (both profiles) of everything replayed, or None (bad input):
+    # fleet replay merges them with the reference's own `Counters.merge`.
+    totals: Counters | None = None
 
     @property
     def exit_code(self) -> int:
@@ -1529,7 +1532,8 @@ def replay_file(
     else:
         status = "agree"
     summary = replayer.summary() if replayer.header is not None and bad is None else {}
-    return ReplayResult(path, status, replayer.divergences, bad, summary, replayer.notes)
+    totals = replayer.engine.totals if summary and replayer.engine is not None else None
+    return ReplayResult(path, status, replayer.divergences, bad, summary, replayer.notes, totals)
 
 
 def render_summary(result: ReplayResult) -> str:
