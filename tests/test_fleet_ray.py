@@ -1,0 +1,200 @@
+"""The Ray tier: a real local Ray cluster on loopback replays the fixtures (`--ray ADDRESS`) and
+must print and exit exactly like the local `--jobs` run.
+
+    .venv/bin/pip install -e '.[dev,ray]' && .venv/bin/python -m pytest -m ray
+
+The module starts ``ray start --head --block --num-cpus 2`` bound to 127.0.0.1 in its own
+session, and ends that whole session at the end, pass or fail. Ray binds its servers to
+loopback only when the node IP is 127.0.0.1, and it keeps 127.0.0.1 only when told this is a
+single-machine cluster (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``; otherwise it swaps in the
+machine's routable address); the drivers the tests start get the same environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fleet_dp import build as build_dp
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM = ROOT / "tests" / "fixtures" / "vllm"
+TRACES = ROOT / "tests" / "traces"
+RAY = Path(sys.executable).parent / "ray"
+START_TIMEOUT_S = 180  # a cold start on a loaded 2-core machine takes ~10-30 s
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Every live process of the session the head started in (Ray's own children included)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry)) == sid:
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def _end_session(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the head's process group (ray start --block stops its services), then
+    SIGKILL whatever of its session is left: nothing of this cluster outlives the module."""
+    sid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(sid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while _session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in _session_pids(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """The address of a fresh 2-CPU Ray head on 127.0.0.1."""
+    if not RAY.exists():
+        pytest.fail(f"{RAY} is missing: install the extra, pip install -e '.[dev,ray]'")
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="sptray", dir="/tmp")  # short: Ray's socket paths are long
+    log = open(Path(temp) / "head.log", "wb")  # noqa: SIM115 - closed below
+    env = {**os.environ, **LOOPBACK_ENV}
+    proc = subprocess.Popen(
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            "--num-cpus",
+            "2",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+            "--object-store-memory",
+            str(200 * 1024 * 1024),
+            "--temp-dir",
+            temp,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        text = ""
+        while "Ray runtime started" not in text:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"ray start did not come up (exit {proc.poll()}):\n{text[-3000:]}")
+            time.sleep(0.5)
+            text = (Path(temp) / "head.log").read_text(errors="replace")
+        yield f"127.0.0.1:{port}"
+    finally:
+        _end_session(proc)
+        log.close()
+        subprocess.run(["rm", "-rf", temp], check=False)
+
+
+def spectally(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spectally", "replay", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **LOOPBACK_ENV},
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Every recorded fixture, every golden trace (agreeing and diverging) and a bad input."""
+    bad = tmp_path_factory.mktemp("bad") / "bad.ndjson"
+    with gzip.open(VLLM / "ngram-k3-greedy.ndjson.gz", "rt") as f:
+        bad.write_text(f.readline() + '{"record": "request_step", "step": \n')
+    files = sorted(VLLM.glob("*.ndjson.gz")) + sorted(TRACES.glob("*/*.ndjson"))
+    return [*map(str, files), str(bad)]
+
+
+def test_the_servers_listen_on_loopback_only(cluster: str) -> None:
+    """The head's listening sockets (this session's) are all on 127.0.0.1."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=False).stdout
+    ray_lines = [line for line in out.splitlines() if "gcs_server" in line or "raylet" in line]
+    assert ray_lines, out
+    for line in ray_lines:
+        local = line.split()[3]
+        assert "127.0.0.1" in local, line
+
+
+def test_ray_replays_every_fixture_like_the_local_run(cluster: str, logs: list[str]) -> None:
+    local = spectally(*logs, "--jobs", "2")
+    remote = spectally(*logs, f"--ray={cluster}")
+    assert local.returncode == 2  # the bad input outranks the diverging traces
+    assert remote.returncode == local.returncode, remote.stderr[-3000:]
+    assert remote.stdout == local.stdout
+    assert remote.stderr == local.stderr
+    assert f"of {len(logs)} logs agree with the reference" in remote.stdout
+
+
+def test_ray_json_equals_local_json(cluster: str, logs: list[str]) -> None:
+    local = spectally(*logs, "--jobs", "2", "--json")
+    remote = spectally(*logs, f"--ray={cluster}", "--json")
+    assert remote.returncode == local.returncode == 2, remote.stderr[-3000:]
+    assert json.loads(remote.stdout) == json.loads(local.stdout)
+
+
+def test_ray_data_parallel_fleet_against_the_scrape(cluster: str, tmp_path: Path) -> None:
+    e0, e1, scrape = build_dp(tmp_path)
+    remote = spectally(str(e0), str(e1), "--metrics", str(scrape), f"--ray={cluster}")
+    assert remote.returncode == 0, remote.stdout + remote.stderr
+    assert "fleet metrics: AGREE" in remote.stdout
+    assert remote.stdout == spectally(str(e0), str(e1), "--metrics", str(scrape)).stdout
+
+
+def test_stdin_is_replayed_by_the_driver(cluster: str) -> None:
+    text = (TRACES / "agree" / "sync_basic.ndjson").read_text()
+    files = [str(VLLM / "ngram-k3-greedy.ndjson.gz"), "-"]
+    remote = subprocess.run(
+        [sys.executable, "-m", "spectally", "replay", *files, f"--ray={cluster}"],
+        input=text,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **LOOPBACK_ENV},
+        timeout=600,
+        check=False,
+    )
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    assert "2 of 2 logs agree" in remote.stdout
