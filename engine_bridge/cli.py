@@ -128,6 +128,10 @@ def replay(
         if not isinstance(exc, RayUnavailable):
             raise
         click.echo(f"spectally replay: {exc}", err=True)
+        if exc.stuck:  # Ray's connect is still retrying in a thread that exit would wait for
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(int(ExitCode.BAD_INPUT))
         sys.exit(int(ExitCode.BAD_INPUT))
     if len(outcomes) == 1:
         if as_json:

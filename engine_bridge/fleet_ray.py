@@ -10,15 +10,70 @@ there: a shared file system, or the same paths on every node). Ray is an optiona
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from .fleet import FileOutcome, ReplayOptions, internal_error, regular_file, replay_one
 
 
 class RayUnavailable(RuntimeError):
-    """Ray is missing, the cluster cannot be reached, or its workers cannot run spectally."""
+    """Ray is missing, the cluster cannot be reached, or its workers cannot run spectally.
+    ``stuck``: a Ray call is still hanging in a background thread (exit without waiting)."""
+
+    def __init__(self, message: str, *, stuck: bool = False) -> None:
+        super().__init__(message)
+        self.stuck = stuck
+
+
+# ray.init retries an unreachable GCS for minutes on end; no answer in this long is an error.
+CONNECT_TIMEOUT_S = 120.0
+CONNECT_TIMEOUT_ENV = "SPECTALLY_RAY_CONNECT_TIMEOUT"
+
+
+def connect_timeout() -> float:
+    try:
+        return float(os.environ.get(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT_S))
+    except ValueError:
+        return CONNECT_TIMEOUT_S
+
+
+def _init(ray: Any, address: str, timeout: float) -> None:
+    """``ray.init`` with a deadline: it runs in a daemon thread the driver stops waiting for."""
+    failed: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        except BaseException as exc:  # handed to the caller below
+            failed.append(exc)
+
+    thread = threading.Thread(target=init, name="ray.init", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RayUnavailable(
+            f"no Ray cluster answered at {address!r} within {timeout:g} s ({CONNECT_TIMEOUT_ENV}"
+            " sets the limit); for a head bound to 127.0.0.1, set"
+            " RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 for this command too (docs/fleet.md)",
+            stuck=True,
+        )
+    if failed:
+        exc = failed[0]
+        raise RayUnavailable(
+            f"cannot connect to the Ray cluster at {address!r}: {type(exc).__name__}: {exc}"
+        )
 
 
 def _probe() -> str:
@@ -39,17 +94,13 @@ def connect(address: str) -> tuple[Any, bool]:
     except ImportError as exc:
         raise RayUnavailable(f"--ray needs Ray: pip install 'spectally[ray]' ({exc})") from None
     owned = not ray.is_initialized()
+    timeout = connect_timeout()
     if owned:
-        try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        except Exception as exc:  # ConnectionError, ValueError, RuntimeError, ...: Ray's own
-            raise RayUnavailable(
-                f"cannot connect to the Ray cluster at {address!r}: {type(exc).__name__}: {exc}"
-            ) from None
+        _init(ray, address, timeout)
     from spectally import __version__
 
     try:
-        version = ray.get(ray.remote(num_cpus=0)(_probe).remote())
+        version = ray.get(ray.remote(num_cpus=0)(_probe).remote(), timeout=timeout)
     except Exception as exc:
         if owned:
             ray.shutdown()
@@ -90,3 +141,88 @@ def replay_ray(paths: Sequence[str], options: ReplayOptions, address: str) -> It
             ray.cancel(ref, force=True)
         if owned:
             ray.shutdown()
+
+
+# -- a throwaway local cluster (the Ray test tier and the benchmark) -------------------------------
+
+# Ray binds its servers to loopback only when the node IP is 127.0.0.1, and keeps 127.0.0.1 only
+# when told the cluster is single-machine (otherwise it swaps in the machine's routable address).
+# Drivers of such a cluster need the same variable.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (the head's, Ray's services and workers)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getsid(int(entry)) == sid:
+                    pids.append(int(entry))
+    return pids
+
+
+def _end_session(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the head's process group (``ray start --block`` stops its services), then
+    SIGKILL whatever is left of its session: nothing of the cluster outlives it."""
+    sid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(sid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while _session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in _session_pids(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def local_head(num_cpus: int = 2, start_timeout_s: float = 180.0) -> Iterator[str]:
+    """A fresh Ray head on 127.0.0.1 (``ray start --head --block``, in its own session, with
+    `LOOPBACK_ENV`); yields its address; ends the whole session on exit, pass or fail. Linux
+    only (it finds the session's processes in /proc)."""
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists():
+        raise RayUnavailable(f"{ray_bin} is missing: pip install 'spectally[ray]'")
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="sptray", dir="/tmp")  # short: Ray's socket paths are long
+    log_path = Path(temp) / "head.log"
+    args = [str(ray_bin), "start", "--head", "--block", "--num-cpus", str(num_cpus)]
+    args += ["--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp]
+    args += ["--include-dashboard", "false", "--disable-usage-stats"]
+    args += ["--object-store-memory", str(200 * 1024 * 1024)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **LOOPBACK_ENV},
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + start_timeout_s
+            text = ""
+            while "Ray runtime started" not in text:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RayUnavailable(
+                        f"ray start did not come up (exit {proc.poll()}):\n{text[-3000:]}"
+                    )
+                time.sleep(0.5)
+                text = log_path.read_text(errors="replace")
+            yield f"127.0.0.1:{port}"
+        finally:
+            _end_session(proc)
+            shutil.rmtree(temp, ignore_errors=True)

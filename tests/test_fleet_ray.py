@@ -4,29 +4,23 @@ must print and exit exactly like the local `--jobs` run.
     .venv/bin/pip install -e '.[dev,ray]' && .venv/bin/python -m pytest -m ray
 
 The module starts ``ray start --head --block --num-cpus 2`` bound to 127.0.0.1 in its own
-session, and ends that whole session at the end, pass or fail. Ray binds its servers to
-loopback only when the node IP is 127.0.0.1, and it keeps 127.0.0.1 only when told this is a
-single-machine cluster (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``; otherwise it swaps in the
-machine's routable address); the drivers the tests start get the same environment.
+session (`fleet_ray.local_head`) and ends that whole session at the end, pass or fail; the
+drivers the tests start get the same loopback environment (`fleet_ray.LOOPBACK_ENV`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fleet_dp import build as build_dp
+from spectally.engine_bridge.fleet_ray import LOOPBACK_ENV, local_head
 
 pytestmark = pytest.mark.ray
 
@@ -34,98 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 VLLM = ROOT / "tests" / "fixtures" / "vllm"
 TRACES = ROOT / "tests" / "traces"
 RAY = Path(sys.executable).parent / "ray"
-START_TIMEOUT_S = 180  # a cold start on a loaded 2-core machine takes ~10-30 s
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _session_pids(sid: int) -> list[int]:
-    """Every live process of the session the head started in (Ray's own children included)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.getsid(int(entry)) == sid:
-                pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
-
-
-def _end_session(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the head's process group (ray start --block stops its services), then
-    SIGKILL whatever of its session is left: nothing of this cluster outlives the module."""
-    sid = proc.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(sid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while _session_pids(sid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid in _session_pids(sid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    """The address of a fresh 2-CPU Ray head on 127.0.0.1."""
+    """The address of a fresh 2-CPU Ray head on 127.0.0.1, ended at the end of the module."""
     if not RAY.exists():
         pytest.fail(f"{RAY} is missing: install the extra, pip install -e '.[dev,ray]'")
-    port = _free_port()
-    temp = tempfile.mkdtemp(prefix="sptray", dir="/tmp")  # short: Ray's socket paths are long
-    log = open(Path(temp) / "head.log", "wb")  # noqa: SIM115 - closed below
-    env = {**os.environ, **LOOPBACK_ENV}
-    proc = subprocess.Popen(
-        [
-            str(RAY),
-            "start",
-            "--head",
-            "--block",
-            "--num-cpus",
-            "2",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--include-dashboard",
-            "false",
-            "--disable-usage-stats",
-            "--object-store-memory",
-            str(200 * 1024 * 1024),
-            "--temp-dir",
-            temp,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        text = ""
-        while "Ray runtime started" not in text:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"ray start did not come up (exit {proc.poll()}):\n{text[-3000:]}")
-            time.sleep(0.5)
-            text = (Path(temp) / "head.log").read_text(errors="replace")
-        yield f"127.0.0.1:{port}"
-    finally:
-        _end_session(proc)
-        log.close()
-        subprocess.run(["rm", "-rf", temp], check=False)
+    with local_head(num_cpus=2) as address:
+        yield address
 
 
 def spectally(*args: str) -> subprocess.CompletedProcess[str]:
