@@ -50,12 +50,14 @@ def connect_timeout() -> float:
 
 
 def _init(ray: Any, address: str, timeout: float) -> None:
-    """``ray.init`` with a deadline: it runs in a daemon thread the driver stops waiting for."""
+    """``ray.init`` with a deadline: it runs in a daemon thread the driver stops waiting for.
+    Ray's logger at ERROR: its warnings (here, that a non-main thread sets no SIGTERM handler)
+    would make stderr differ from a local run's; its failures raise."""
     failed: list[BaseException] = []
 
     def init() -> None:
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         except BaseException as exc:  # handed to the caller below
             failed.append(exc)
 

@@ -109,3 +109,31 @@ def test_stdin_is_replayed_by_the_driver(cluster: str) -> None:
     )
     assert remote.returncode == 0, remote.stderr[-3000:]
     assert "2 of 2 logs agree" in remote.stdout
+
+
+def test_a_driver_that_cannot_reach_the_head_gives_up_with_a_hint(cluster: str) -> None:
+    """Without the loopback variable the driver looks for the head on the machine's routable
+    address, where nothing listens; Ray would retry for minutes. The deadline turns that into
+    exit 2 with the fix in the message."""
+    env = {k: v for k, v in os.environ.items() if k not in LOOPBACK_ENV}
+    env["SPECTALLY_RAY_CONNECT_TIMEOUT"] = "20"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spectally",
+            "replay",
+            str(TRACES / "agree" / "sync_basic.ndjson"),
+            str(VLLM / "ngram-k3-greedy.ndjson.gz"),
+            f"--ray={cluster}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode == 0 and "2 of 2 logs agree" in done.stdout:
+        pytest.skip("this machine has no routable address besides loopback: nothing to miss")
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in done.stderr
