@@ -230,7 +230,7 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def mp_context() -> multiprocessing.context.BaseContext:
     """A fork server where the platform has one (safe with threads in the parent, and its
     workers fork from a process that already imported the replay), else spawn."""
     if "forkserver" in multiprocessing.get_all_start_methods():
@@ -300,7 +300,7 @@ def _pooled(
     paths: Sequence[str], shippable: list[int], here: list[int], options: ReplayOptions, jobs: int
 ) -> Iterator[tuple[int, FileOutcome]]:
     pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(shippable)), mp_context=_context(), initializer=_ignore_sigint
+        max_workers=min(jobs, len(shippable)), mp_context=mp_context(), initializer=_ignore_sigint
     )
     try:
         futures: dict[Future[FileOutcome], int] = {

@@ -4,10 +4,14 @@ sequential run, in input order, and a fleet report merged through the reference'
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import random
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -356,3 +360,54 @@ def test_jobs_two_replays_in_other_processes(monkeypatch: pytest.MonkeyPatch) ->
     assert [o.status for o in pooled] == ["agree"] * 3
     for o in here:
         Path(o.result["report"]).unlink()
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {c for c, p in parents.items() if p in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+def test_ctrl_c_stops_the_workers_and_exits_130(tmp_path: Path) -> None:
+    """The parent blocks reading a FIFO nobody writes (no race with the workers finishing);
+    SIGINT then must end the command with 130 and leave no worker or fork server behind."""
+    fifo = tmp_path / "never.ndjson"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # holds the FIFO open: no EOF ever
+    try:
+        files = [str(AGREE[0]), str(AGREE[1]), str(fifo)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spectally", "replay", "--jobs", "2", *files],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        seen: set[int] = set()
+        while len(seen) < 3 and time.monotonic() < deadline:  # fork server + 2 workers
+            seen |= _descendants(proc.pid)
+            time.sleep(0.2)
+        assert len(seen) >= 3, f"workers never started: {seen}"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.close(writer)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{p}").exists() for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in seen if Path(f"/proc/{p}").exists()]
+    assert not left, f"processes left behind: {left}"
