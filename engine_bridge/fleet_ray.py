@@ -178,8 +178,8 @@ def _end_session(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(sid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
-    deadline = time.monotonic() + 15
+        proc.wait(timeout=10)  # a graceful stop under load takes seconds; then no more patience
+    deadline = time.monotonic() + 5
     while _session_pids(sid) and time.monotonic() < deadline:
         time.sleep(0.5)
     for pid in _session_pids(sid):
@@ -205,6 +205,11 @@ def local_head(num_cpus: int = 2, start_timeout_s: float = 180.0) -> Iterator[st
     args += ["--node-ip-address", "127.0.0.1", "--port", str(port), "--temp-dir", temp]
     args += ["--include-dashboard", "false", "--disable-usage-stats"]
     args += ["--object-store-memory", str(200 * 1024 * 1024)]
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # A SIGTERM (a CI timeout) must still run the `finally` below: the head lives in its
+        # own session and would outlive this process otherwise.
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             args,
@@ -228,3 +233,9 @@ def local_head(num_cpus: int = 2, start_timeout_s: float = 180.0) -> Iterator[st
         finally:
             _end_session(proc)
             shutil.rmtree(temp, ignore_errors=True)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
