@@ -93,7 +93,8 @@ def replay(
     the reference's merge (both profiles), per engine (header engine_index and config), and
     the legacy -> rfc shift of the fleet.
     """
-    from .fleet import ReplayOptions, fleet_summary, render_fleet, run_fleet, usable_cores
+    from .fleet import ReplayOptions, run_fleet, usable_cores
+    from .fleet_report import fleet_summary, render_fleet
 
     if ray_address is not None and jobs is not None:
         raise click.UsageError("--jobs and --ray exclude each other (Ray schedules the tasks)")

@@ -21,14 +21,8 @@ from fleet_dp import build as build_dp
 from fleet_dp import combine_scrapes, relabel_log
 from spectally.engine_bridge import fleet
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.fleet import (
-    FileOutcome,
-    ReplayOptions,
-    fleet_summary,
-    merge_totals,
-    replay_local,
-    replay_one,
-)
+from spectally.engine_bridge.fleet import FileOutcome, ReplayOptions, replay_local, replay_one
+from spectally.engine_bridge.fleet_report import fleet_summary, merge_totals
 from spectally.reference.counters import Counters
 
 ROOT = Path(__file__).resolve().parents[1]
