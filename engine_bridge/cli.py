@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
-from spectally.exit_codes import ExitCode, combine
+from spectally.exit_codes import ExitCode
 
 from .records import BadInput
 
 if TYPE_CHECKING:
+    from .fleet import FileOutcome
     from .importers.findings import Finding
-from .replay import ReplayResult, render_summary, replay_file, result_json
 
 # The contract of spectally.exit_codes, as each command applies it (also in the README).
 EXIT_COMMON = (
@@ -43,7 +44,8 @@ IMPORT_EXIT_HELP = (
     type=click.Path(exists=True, dir_okay=False),
     default=None,
     help="a Prometheus text scrape taken after the run; its last scrape must equal the"
-    " reference's vllm-legacy totals",
+    " reference's vllm-legacy totals (per log: the series of the header's engine_index; several"
+    " logs: also their merged totals against the sum over every engine label)",
 )
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per run")
 @click.option(
@@ -65,6 +67,27 @@ IMPORT_EXIT_HELP = (
     is_flag=True,
     help="also assert every reference invariant after every event (slow; always at the end)",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="replay up to N logs at once in worker processes (default: the usable cores);"
+    " 1 replays them one after another in this process. Same reports in the same order.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    default=None,
+    metavar="[ADDRESS]",
+    help="replay each log as a task on an existing Ray cluster (ADDRESS as ray.init takes it:"
+    " auto (default: RAY_ADDRESS or the cluster this machine joined), ray://HOST:10001, ...);"
+    " needs spectally[ray] here and on the workers (docs/fleet.md). Write --ray=ADDRESS, or"
+    " --ray after the files.",
+)
 def replay(
     files: tuple[str, ...],
     metrics: str | None,
@@ -72,6 +95,8 @@ def replay(
     keep_going: int,
     plain: bool,
     check_invariants: bool,
+    jobs: int | None,
+    ray_address: str | None,
 ) -> None:
     """Replay step logs (NDJSON, gzip or - for stdin) through the reference.
 
@@ -82,28 +107,67 @@ def replay(
     derived metrics and the shift from legacy to rfc, explained. A columnar checker (the same
     rules over whole arrays) judges agreeing logs fast; anything else is replayed through the
     reference machine, which writes the report (--reference: always).
+
+    Several logs (one per engine core, data-parallel rank, replica, day) are replayed in
+    parallel (--jobs, --ray); each log's report is the one a sequential run prints, in the
+    order given, followed by the fleet report: every log's verdict, their totals merged with
+    the reference's merge (both profiles), per engine (header engine_index and config), and
+    the legacy -> rfc shift of the fleet.
     """
-    results: list[ReplayResult] = []
-    for path in files:
-        result = replay_file(
-            path,
-            max_divergences=keep_going,
-            metrics=metrics,
-            check_invariants=check_invariants,
-            progress=None if not as_json else False,
-            reference=plain,
+    from .fleet import ReplayOptions, run_fleet, usable_cores
+    from .fleet_report import fleet_summary, render_fleet
+
+    if ray_address is not None and jobs is not None:
+        raise click.UsageError("--jobs and --ray exclude each other (Ray schedules the tasks)")
+    if ray_address is not None and (ray_address == "-" or os.path.exists(ray_address)):
+        raise click.UsageError(
+            f"--ray took {ray_address!r} as the cluster address; write --ray=ADDRESS (or"
+            " --ray=auto), or put --ray after the files"
         )
-        results.append(result)
+    options = ReplayOptions(
+        max_divergences=keep_going,
+        metrics=metrics,
+        check_invariants=check_invariants,
+        reference=plain,
+    )
+
+    def show(outcome: FileOutcome) -> None:
         if not as_json:
-            stream = sys.stderr if result.bad_input is not None else sys.stdout
-            click.echo(render_summary(result), file=stream)
+            click.echo(outcome.report, file=sys.stderr if outcome.report_to_stderr else sys.stdout)
+
+    try:
+        outcomes = run_fleet(
+            list(files),
+            options,
+            jobs=usable_cores() if jobs is None else jobs,
+            ray_address=ray_address,
+            progress=None if not as_json else False,
+            on_outcome=show,
+        )
+    except KeyboardInterrupt:
+        click.echo("spectally replay: interrupted (workers stopped)", err=True)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except RuntimeError as exc:
+        from .fleet_ray import RayUnavailable
+
+        if not isinstance(exc, RayUnavailable):
+            raise
+        click.echo(f"spectally replay: {exc}", err=True)
+        if exc.stuck:  # Ray's connect is still retrying in a thread that exit would wait for
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(int(ExitCode.BAD_INPUT))
+        sys.exit(int(ExitCode.BAD_INPUT))
+    if len(outcomes) == 1:
+        if as_json:
+            click.echo(json.dumps(outcomes[0].result, indent=2))
+        sys.exit(outcomes[0].exit_code)
+    summary = fleet_summary(outcomes, metrics)
     if as_json:
-        payload = [result_json(r) for r in results]
-        click.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
-    elif len(results) > 1:
-        passed = sum(1 for r in results if r.status == "agree")
-        click.echo(f"{passed} of {len(results)} logs agree with the reference")
-    sys.exit(int(combine([ExitCode(r.exit_code) for r in results])))
+        click.echo(json.dumps({"files": [o.result for o in outcomes], "fleet": summary}, indent=2))
+    else:
+        click.echo(render_fleet(summary))
+    sys.exit(summary["exit_code"])
 
 
 @click.group("import", epilog=IMPORT_EXIT_HELP)
