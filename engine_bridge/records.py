@@ -110,7 +110,7 @@ def _fast_ok(obj: Record, spec: _KindSpec) -> bool:
         if type(v) is not int or v < 0:
             return False
     for name in spec.nullable_counts:
-        v = obj[name]
+        v = obj.get(name)  # an optional nullable count (e.g. `delivered`) may be absent
         if v is not None and (type(v) is not int or v < 0):
             return False
     for name, values in spec.enums:
