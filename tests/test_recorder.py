@@ -105,6 +105,8 @@ def test_add_then_abort_between_two_steps(
         engine.step()
     engine.add("c", 10)
     engine.abort("a")
+    engine.add("d", 10)  # added and aborted in the same gap: never scheduled
+    engine.abort("d")
     _run_until_idle(engine)
     _check(engine, _finish(engine))
 
@@ -152,8 +154,9 @@ def _random_story(engine: FakeEngine, rng: random.Random, kv: bool, reset: bool)
             victim = rng.choice(live)
             engine.reset_preempt(victim)
             live.remove(victim)
-        if roll > 0.9:  # several things in one gap
+        if roll > 0.9:  # several things in one gap, an arrival aborted at once among them
             engine.add(f"r{n}", rng.randint(1, 30))
+            live.append(f"r{n}")
             n += 1
             if live:
                 engine.abort(*live[: rng.randint(1, len(live))])

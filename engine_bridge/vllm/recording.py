@@ -63,6 +63,7 @@ class _RecorderState:
         self.done: set[str] = set()  # requests with a finish / abort record
         self.aborted: set[str] = set()
         self.preempted_at: dict[str, int] = {}  # last preempt record's step, while it matters
+        self.added_at: dict[str, int] = {}  # add record's step, until the request ends
         self.step_delta: list[int] | None = None  # [drafts, draft_tokens, accepted, *per_pos]
         self.buffer = StepOrderBuffer(self._write)
         self._late_reported = 0
@@ -286,6 +287,7 @@ class RecorderMixin:
         sx = self._sx
         structured = bool(getattr(request, "use_structured_output", False))
         sx.request_event(sx.step + 1, request.request_id, "add", None, structured)
+        sx.added_at[request.request_id] = sx.step + 1
         sx.flush()
 
     def finish_requests(self, request_ids: Any, finished_status: Any) -> list[Any]:
@@ -302,12 +304,14 @@ class RecorderMixin:
             if rid in sx.done:
                 continue
             sx.done.add(rid)
+            # A request added in this same gap has its add stamped with the next step.
+            at = max(sx.step, sx.added_at.pop(rid, 0))
             if status_name(finished_status) == ABORTED:
                 sx.aborted.add(rid)
-                sx.request_event(sx.step, rid, "abort", None)
+                sx.request_event(at, rid, "abort", None)
                 sx.drop_pending(rid, "discarded_aborted", sx.step + 1)
             else:
-                sx.request_event(sx.step, rid, "finish", finish_reason(finished_status))
+                sx.request_event(at, rid, "finish", finish_reason(finished_status))
                 sx.drop_pending(rid, "discarded_finished", sx.step + 1)
         sx.flush()
 
@@ -539,6 +543,7 @@ class RecorderMixin:
             # Async: stale output delivered after a preemption (scheduled in a later step) can
             # finish the request; the finish comes after that preempt record.
             at = max(step, sx.preempted_at.pop(req_id, step))
+            sx.added_at.pop(req_id, None)
             if status_name(request.status) == ABORTED:
                 sx.aborted.add(req_id)
                 sx.request_event(at, req_id, "abort", None)
