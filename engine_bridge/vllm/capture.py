@@ -635,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small subset (a minute or two)")
     ap.add_argument("--gpu", action="store_true", help="the CUDA matrix (async, SO, AV)")
     ap.add_argument("--only", action="append", default=[], help="run names containing SUBSTR")
+    ap.add_argument("--skip", action="append", default=[], help="skip names containing SUBSTR")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--run-one", help=argparse.SUPPRESS)
@@ -656,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [r for r in runs if r.quick]
     if args.only:
         runs = [r for r in runs if any(s in r.name for s in args.only)]
+    runs = [r for r in runs if not any(s in r.name for s in args.skip)]
     if args.list:
         for r in runs:
             print(r.name)

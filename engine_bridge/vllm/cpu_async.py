@@ -52,7 +52,7 @@ def keep_async_scheduling() -> bool:
 
     setattr(check_and_update_config, _MARK, True)
     wrapped = classmethod(check_and_update_config)
-    CpuPlatform.check_and_update_config = wrapped  # type: ignore[method-assign, assignment]
+    CpuPlatform.check_and_update_config = wrapped  # type: ignore[method-assign, assignment, unused-ignore]
     return True
 
 

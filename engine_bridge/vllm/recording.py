@@ -69,7 +69,10 @@ class _RecorderState:
         self._late_reported = 0
         self._header_written = False
         self._closed = False
-        self.sinks: list[Callable[[Record], None]] = []
+        self.sinks: list[Callable[[Record], None]] = []  # the log: records in step order
+        # Live consumers (the backport): each record as soon as it is final, so live counters do
+        # not wait for the step-order buffer (which holds the last step until the next one).
+        self.live_sinks: list[Callable[[Record], None]] = []
         self._closers: list[Callable[[], None]] = []
         path = os.environ.get(ENV_PATH)
         if path and self.enabled_spec:
@@ -84,9 +87,9 @@ class _RecorderState:
             except Exception:  # a metrics add-on must never stop the engine
                 logger.exception("spectally backport disabled")
             else:
-                self.sinks.append(pub.observe)
+                self.live_sinks.append(pub.observe)
                 self._closers.append(pub.close)
-        self.active = bool(self.sinks)
+        self.active = bool(self.sinks or self.live_sinks)
         if self.active:
             atexit.register(self.close)
 
@@ -164,6 +167,10 @@ class _RecorderState:
 
     def emit(self, step: int, record: Record) -> None:
         if self.active and not self._closed:
+            for live in self.live_sinks:
+                live(record)
+            if not self.sinks:
+                return
             self.buffer.push(step, record)
             if self.buffer.late > self._late_reported:  # a stamping bug; say so, keep the data
                 self._late_reported = self.buffer.late
@@ -187,7 +194,10 @@ class _RecorderState:
         if not self._header_written:
             if not everything and self.step == 0:
                 return  # wait for the first schedule: the request pool tells the SO backend
-            self._write(self.header())
+            header = self.header()
+            self._write(header)
+            for live in self.live_sinks:
+                live(header)
             self._header_written = True
         if everything:
             self.buffer.drain()
