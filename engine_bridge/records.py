@@ -360,15 +360,18 @@ _REQUEST_STEP_NULLABLE = frozenset(("grammar_valid", "invalid", "verified"))
 @lru_cache(maxsize=1)
 def request_step_inline_ok() -> bool:
     """Whether the schema's request_step record is the one replay's inline check knows (those
-    required fields, those types, ``meta`` the only optional field, ``request`` a non-empty
-    string); if the schema changes, replay validates every record through `check_record`."""
+    required fields, those types, ``meta`` and ``delivered`` the only optional fields,
+    ``request`` a non-empty string); if the schema changes, replay validates every record
+    through `check_record`."""
     spec = _fast_specs()["request_step"]
     props = load_schema()["$defs"]["request_step"]["properties"]
     return (
         spec.required == frozenset(REQUEST_STEP_ORDER)
-        and spec.allowed == spec.required | {"meta"}
+        # `delivered` (optional): a record carrying it has more keys than the hot loop's width,
+        # so it always goes through `check_record`.
+        and spec.allowed == spec.required | {"meta", "delivered"}
         and frozenset(spec.counts) == _REQUEST_STEP_COUNTS
-        and frozenset(spec.nullable_counts) == _REQUEST_STEP_NULLABLE
+        and frozenset(spec.nullable_counts) == _REQUEST_STEP_NULLABLE | {"delivered"}
         and [name for name, _ in spec.enums] == ["outcome"]
         and "applied" in spec.enums[0][1]
         and props["record"] == {"const": "request_step"}
