@@ -165,7 +165,8 @@ def cpu_matrix() -> list[RunConfig]:
     )
     from spectally.engine_bridge.vllm.scenarios import scheduling_matrix
 
-    return runs + scheduling_matrix(RunConfig)
+    pairs: list[RunConfig] = scheduling_matrix(RunConfig)
+    return runs + pairs
 
 
 def gpu_matrix() -> list[RunConfig]:

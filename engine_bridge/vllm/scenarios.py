@@ -22,9 +22,10 @@ Scenarios (each is a function ``(llm, cfg, params) -> None``; ``params(i)`` give
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 Params = Callable[[int], Any]
+T = TypeVar("T")
 
 
 def _prompts(n: int) -> list[str]:
@@ -130,7 +131,7 @@ SCENARIOS: dict[str, Callable[[Any, Any, Params], None]] = {
 }
 
 
-def scheduling_matrix(run_config: Any) -> list[Any]:
+def scheduling_matrix(run_config: Callable[..., T]) -> list[T]:
     """Sync/async pairs of the same workloads, with the real AsyncScheduler on the CPU engine
     (cpu_async.py): SO (xgrammar) + draft_model k=3, preemption with blocks in flight, drop mode,
     aborts and stop strings between steps."""
