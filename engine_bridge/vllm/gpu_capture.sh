@@ -1,32 +1,41 @@
 #!/usr/bin/env bash
-# Record step logs from CUDA vLLM 0.32.0: async scheduling, structured outputs and adaptive
-# verification, with the worker hook that reports the verified count (gpu_worker.py).
-# Not runnable on the CPU-only machines; prepared against the vLLM 0.32.0 source.
+# Record step logs from CUDA vLLM (default 0.33.0, the release users install; 0.32.0 also works):
+# async scheduling, structured outputs (xgrammar) and adaptive verification, with the worker hook
+# that reports the verified count (gpu_worker.py). For a user's own GPU machine; not runnable on
+# CPU-only machines. The counting paths of 0.33.0 are byte-identical to 0.32.0's
+# (counting_source.json), and GPUModelRunner.prepare_inputs / cu_num_logits, which the hook wraps,
+# exist in both.
 #
 #   engine_bridge/vllm/gpu_capture.sh [OUT_DIR] [--quick]
 #
+# Needs: an NVIDIA GPU with >= 8 GiB free, a CUDA 12.x driver, Python 3.11-3.13, network access
+# to PyPI (or VLLM_WHEELHOUSE), ~10 GB of disk for the venv (vllm 0.33.0 pulls torch 2.14.0).
 # Environment:
-#   SPECTALLY_VLLM_GPU_VENV  venv with CUDA vllm==0.32.0 (created if missing;
-#                            default $HOME/.cache/spectally/vllm-cuda-0.32.0)
+#   SPECTALLY_VLLM_GPU_VERSION  vLLM version to install (default 0.33.0)
+#   SPECTALLY_VLLM_GPU_VENV  venv with CUDA vllm (created if missing;
+#                            default $HOME/.cache/spectally/vllm-cuda-<version>)
 #   VLLM_WHEELHOUSE          install offline from this wheel folder (pip --no-index)
 #   SPECTALLY_TINY_MODELS    model cache (built on the machine in seconds; no hub needed)
+# Send back: the whole OUT_DIR (one <config>.ndjson.gz per run + MANIFEST.json, a few hundred KB)
+# and the console output; `spectally replay OUT_DIR/*.ndjson.gz` should agree on every log.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:-$REPO/out/vllm-gpu}"
 shift || true
-VENV="${SPECTALLY_VLLM_GPU_VENV:-$HOME/.cache/spectally/vllm-cuda-0.32.0}"
+VERSION="${SPECTALLY_VLLM_GPU_VERSION:-0.33.0}"
+VENV="${SPECTALLY_VLLM_GPU_VENV:-$HOME/.cache/spectally/vllm-cuda-$VERSION}"
 PY="$VENV/bin/python"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-if ! "$PY" -c "import vllm, torch; assert vllm.__version__ == '0.32.0'; assert torch.cuda.is_available()" 2>/dev/null; then
+if ! "$PY" -c "import vllm, torch; assert vllm.__version__ == '$VERSION'; assert torch.cuda.is_available()" 2>/dev/null; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --upgrade pip >/dev/null
     if [[ -n "${VLLM_WHEELHOUSE:-}" ]]; then
-        "$VENV/bin/pip" install --no-index --find-links "$VLLM_WHEELHOUSE" "vllm==0.32.0"
+        "$VENV/bin/pip" install --no-index --find-links "$VLLM_WHEELHOUSE" "vllm==$VERSION"
     else
-        "$VENV/bin/pip" install "vllm==0.32.0"
+        "$VENV/bin/pip" install "vllm==$VERSION"
     fi
 fi
 # spectally.* importable in that interpreter (editable install, or a .pth finder).

@@ -1,0 +1,595 @@
+"""The recording hooks (`RecorderMixin`) behind ``recorder.RecordingScheduler``; no vLLM import.
+
+``recorder.py`` binds the mixin to vLLM's ``Scheduler`` / ``AsyncScheduler``; keeping the hooks
+free of vLLM imports lets tests drive them through any interleaving of engine events without an
+engine (tests/test_recorder.py). What is hooked and why: see ``recorder.py``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from spectally.engine_bridge.vllm.steplog import (
+    Block,
+    Record,
+    StepLogWriter,
+    StepOrderBuffer,
+    count_proposal,
+    finish_reason,
+    status_name,
+)
+
+SCHEMA_VERSION = 1
+ENV_PATH = "SPECTALLY_STEP_LOG"
+ENV_CONFIG = "SPECTALLY_STEP_LOG_CONFIG"
+ENV_SO_BACKEND = "SPECTALLY_SO_BACKEND"
+ENV_BACKPORT = "SPECTALLY_BACKPORT"
+ABORTED = "FINISHED_ABORTED"
+
+logger = logging.getLogger("vllm.spectally.recorder")
+
+# Worker-side observations (GPU adaptive verification), filled by gpu_worker.py when the worker
+# runs in the engine-core process (UniProcExecutor): id(scheduler_output) -> {req_id: verified}.
+# Values are {req_id: verified} or a zero-argument callable returning it (read lazily, after the
+# step finished, so the worker never waits for the device).
+WORKER_VERIFIED: dict[int, Any] = {}
+
+
+def _spec_counts(stats: Any, k: int) -> tuple[int, int, int, list[int]]:
+    if stats is None:
+        return 0, 0, 0, [0] * k
+    per_pos = list(stats.num_accepted_tokens_per_pos) or [0] * k
+    return stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens, per_pos
+
+
+class _RecorderState:
+    """Per-scheduler recording state; kept off the scheduler's own namespace."""
+
+    def __init__(self, sched: Any) -> None:
+        spec = sched.vllm_config.speculative_config
+        self.k = int(sched.num_spec_tokens or 0)
+        self.enabled_spec = spec is not None and self.k > 0
+        self.sched = sched
+        self.is_async = bool(getattr(type(sched), "spectally_async", False))
+        self.step = 0  # last scheduled engine step (Scheduler.schedule calls)
+        self.in_schedule = False  # inside Scheduler.schedule (preemptions there)
+        self.pending: dict[str, Block] = {}  # sync: proposals waiting to be scheduled
+        self.inflight: dict[int, tuple[int, Any, dict[str, Block]]] = {}
+        self.done: set[str] = set()  # requests with a finish / abort record
+        self.aborted: set[str] = set()
+        self.preempted_at: dict[str, int] = {}  # last preempt record's step, while it matters
+        self.added_at: dict[str, int] = {}  # add record's step, until the request ends
+        self.step_delta: list[int] | None = None  # [drafts, draft_tokens, accepted, *per_pos]
+        self.buffer = StepOrderBuffer(self._write)
+        self._late_reported = 0
+        self._header_written = False
+        self._closed = False
+        self.sinks: list[Callable[[Record], None]] = []  # the log: records in step order
+        # Live consumers (the backport): each record as soon as it is final, so live counters do
+        # not wait for the step-order buffer (which holds the last step until the next one).
+        self.live_sinks: list[Callable[[Record], None]] = []
+        self._closers: list[Callable[[], None]] = []
+        path = os.environ.get(ENV_PATH)
+        if path and self.enabled_spec:
+            writer = StepLogWriter(path)
+            self.sinks.append(writer.write)
+            self._closers.append(writer.close)
+        if os.environ.get(ENV_BACKPORT, "") not in ("", "0") and self.enabled_spec:
+            try:
+                from spectally.engine_bridge.vllm.backport import BackportPublisher
+
+                pub = BackportPublisher.from_scheduler(sched, self.k)
+            except Exception:  # a metrics add-on must never stop the engine
+                logger.exception("spectally backport disabled")
+            else:
+                self.live_sinks.append(pub.observe)
+                self._closers.append(pub.close)
+        self.active = bool(self.sinks or self.live_sinks)
+        if self.active:
+            atexit.register(self.close)
+
+    # -- safety -----------------------------------------------------------------------------
+    def guard(self, where: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a recording step; on error log once, stop recording, return None."""
+        if not self.active:
+            return None
+        try:
+            return fn(*args)
+        except Exception:
+            logger.exception(
+                "spectally recorder failed in %s; recording stops, the engine goes on", where
+            )
+            self.fail()
+            return None
+
+    def fail(self) -> None:
+        self.active = False
+        self._closed = True
+        for closer in self._closers:
+            try:
+                closer()
+            except Exception:
+                logger.exception("spectally recorder: closing a sink failed")
+
+    def next_step(self) -> int:
+        self.step += 1
+        return self.step
+
+    # -- output -----------------------------------------------------------------------------
+    def header(self) -> Record:
+        sched = self.sched
+        vc = sched.vllm_config
+        spec = vc.speculative_config
+        config: dict[str, Any] = {
+            "model": vc.model_config.model,
+            "draft_model": _draft_model(vc),
+            "max_model_len": vc.model_config.max_model_len,
+            "use_v2_model_runner": bool(getattr(sched, "use_v2_model_runner", False)),
+            "scheduler_cls": f"{type(sched).__module__}.{type(sched).__qualname__}",
+        }
+        extra = os.environ.get(ENV_CONFIG)
+        if extra:
+            config.update(json.loads(extra))
+        return {
+            "record": "header",
+            "schema_version": SCHEMA_VERSION,
+            "engine": "vllm",
+            "engine_version": getattr(sched, "spectally_engine_version", None) or _vllm_version(),
+            "num_speculative_tokens": self.k,
+            "scheduling": "async" if self.is_async else "sync",
+            "spec_method": str(getattr(spec, "method", None)),
+            "structured_outputs_backend": self._so_backend(),
+            "adaptive_verification": bool(getattr(spec, "enable_adaptive_verification", False)),
+            "drop_stale_output": bool(getattr(sched, "requires_kv_delivery", False)),
+            "engine_index": int(getattr(vc.parallel_config, "data_parallel_index", 0) or 0),
+            "config": config,
+        }
+
+    def _so_backend(self) -> str | None:
+        env = os.environ.get(ENV_SO_BACKEND)
+        if env is not None:
+            return env or None
+        sched = self.sched
+        uses_so = any(r.use_structured_output for r in sched.requests.values())
+        if not uses_so:
+            return None
+        backend = getattr(sched.structured_output_manager, "backend", None)
+        name = type(backend).__name__.lower() if backend is not None else ""
+        for known in ("xgrammar", "guidance", "outlines", "lm_format_enforcer"):
+            if known.replace("_", "") in name.replace("_", ""):
+                return known.replace("_", "-")
+        return str(sched.vllm_config.structured_outputs_config.backend)
+
+    def emit(self, step: int, record: Record) -> None:
+        if self.active and not self._closed:
+            for live in self.live_sinks:
+                live(record)
+            if not self.sinks:
+                return
+            self.buffer.push(step, record)
+            if self.buffer.late > self._late_reported:  # a stamping bug; say so, keep the data
+                self._late_reported = self.buffer.late
+                logger.warning(
+                    "spectally recorder: record for step %d after step %d was written: %s",
+                    step,
+                    self.buffer.written_step,
+                    record,
+                )
+
+    def floor(self) -> int:
+        """The smallest step a record still to come can carry: the current step (an abort or
+        finish between two steps is stamped with the step just processed, a preemption with
+        the step being scheduled) or the oldest step still in flight (async)."""
+        low = min((s for s, _, _ in self.inflight.values()), default=self.step)
+        return min(low, self.step)
+
+    def flush(self, everything: bool = False) -> None:
+        if not self.active or self._closed:
+            return
+        if not self._header_written:
+            if not everything and self.step == 0:
+                return  # wait for the first schedule: the request pool tells the SO backend
+            header = self.header()
+            self._write(header)
+            for live in self.live_sinks:
+                live(header)
+            self._header_written = True
+        if everything:
+            self.buffer.drain()
+        else:
+            self.buffer.release(self.floor())
+
+    def _write(self, record: Record) -> None:
+        for sink in self.sinks:
+            sink(record)
+
+    def close(self) -> None:
+        if self._closed or not self.active:
+            return
+        if self._header_written or len(self.buffer):
+            self.flush(everything=True)
+        self._closed = True
+        for closer in self._closers:
+            closer()
+
+    # -- events -----------------------------------------------------------------------------
+    def request_event(
+        self,
+        step: int,
+        req_id: str,
+        event: str,
+        reason: str | None,
+        structured: bool | None = None,
+        meta: dict[str, Any] | None = None,
+        drop_stale_output: bool | None = None,
+    ) -> None:
+        rec: Record = {"record": "request", "step": step, "request": req_id, "event": event}
+        if reason is not None:
+            rec["reason"] = reason
+        if structured is not None:
+            rec["structured"] = structured
+        if drop_stale_output is not None:
+            rec["drop_stale_output"] = drop_stale_output
+        if meta:
+            rec["meta"] = meta
+        self.emit(step, rec)
+
+    def drop_pending(self, req_id: str, outcome: str, step: int) -> None:
+        block = self.pending.pop(req_id, None)
+        if block is not None and not block.empty():
+            block.step = step
+            block.scheduled = 0
+            block.outcome = outcome
+            block.delivered = 0  # never scheduled: nothing reached the request
+            self.emit(step, block.record())
+
+    def stats_observed(self, before: Any, after: Any) -> None:
+        b = _spec_counts(before, self.k)
+        a = _spec_counts(after, self.k)
+        delta = [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+        delta += [x - y for x, y in zip(a[3], b[3], strict=False)]
+        if self.step_delta is None:
+            self.step_delta = [0] * (3 + self.k)
+        for i, v in enumerate(delta):
+            self.step_delta[i] += v
+
+
+def _draft_model(vc: Any) -> str | None:
+    draft = getattr(getattr(vc.speculative_config, "draft_model_config", None), "model", None)
+    return None if draft in (None, vc.model_config.model) else str(draft)
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
+
+
+class RecorderMixin:
+    """Hooks shared by the sync and async recording schedulers (put first in the MRO).
+
+    Every hook is ``pre`` (recording, guarded) -> the stock method, called exactly once ->
+    ``post`` (recording, guarded). A recording error is logged once and stops the recording;
+    it never changes what the scheduler does.
+    """
+
+    _sx: _RecorderState
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sx = _RecorderState(self)
+
+    # lifecycle ----------------------------------------------------------------------------
+    def add_request(self, request: Any) -> None:
+        sx = self._sx
+        requests = self.requests  # type: ignore[attr-defined]
+        is_new = sx.guard("add_request", lambda: request.request_id not in requests)
+        super().add_request(request)  # type: ignore[misc]
+        if is_new:
+            sx.guard("add_request", self._rec_add, request)
+
+    def _rec_add(self, request: Any) -> None:
+        sx = self._sx
+        structured = bool(getattr(request, "use_structured_output", False))
+        sx.request_event(sx.step + 1, request.request_id, "add", None, structured)
+        sx.added_at[request.request_id] = sx.step + 1
+        sx.flush()
+
+    def finish_requests(self, request_ids: Any, finished_status: Any) -> list[Any]:
+        finished: list[Any] = super().finish_requests(  # type: ignore[misc]
+            request_ids, finished_status
+        )
+        self._sx.guard("finish_requests", self._rec_finish, finished, finished_status)
+        return finished
+
+    def _rec_finish(self, finished: list[Any], finished_status: Any) -> None:
+        sx = self._sx
+        for request in finished:
+            rid = request.request_id
+            if rid in sx.done:
+                continue
+            sx.done.add(rid)
+            # A request added in this same gap has its add stamped with the next step.
+            at = max(sx.step, sx.added_at.pop(rid, 0))
+            if status_name(finished_status) == ABORTED:
+                sx.aborted.add(rid)
+                sx.request_event(at, rid, "abort", None)
+                sx.drop_pending(rid, "discarded_aborted", sx.step + 1)
+            else:
+                sx.request_event(at, rid, "finish", finish_reason(finished_status))
+                sx.drop_pending(rid, "discarded_finished", sx.step + 1)
+        sx.flush()
+
+    def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> None:
+        super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+        self._sx.guard("_preempt_request", self._rec_preempt, request)
+
+    def _rec_preempt(self, request: Any) -> None:
+        sx = self._sx
+        # vLLM 0.32 decides per preemption whether in-flight (stale) output is dropped
+        # (requires_kv_delivery, reset_prefix_cache): the preempt record carries the decision.
+        drop = bool(getattr(request, "drop_stale_output", False))
+        in_flight = int(getattr(request, "num_stale_output_tokens", 0))
+        meta = {"stale_tokens_in_flight": in_flight}
+        sx.request_event(
+            sx.step, request.request_id, "preempt", None, meta=meta, drop_stale_output=drop
+        )
+        sx.preempted_at[request.request_id] = sx.step
+        # Sync: the proposal waiting for this request is dropped with spec_token_ids. It was
+        # meant for the step being scheduled, or (a preemption between two steps, e.g.
+        # reset_prefix_cache) for the next one.
+        target = sx.step if sx.in_schedule else sx.step + 1
+        sx.drop_pending(request.request_id, "discarded_preempted", target)
+
+    # drafts -------------------------------------------------------------------------------
+    def update_draft_token_ids(self, draft_token_ids: Any) -> None:
+        sx = self._sx
+        raw = sx.guard("update_draft_token_ids", self._rec_proposals, draft_token_ids)
+        super().update_draft_token_ids(draft_token_ids)  # type: ignore[misc]
+        if raw is not None:
+            sx.guard("update_draft_token_ids", self._rec_pending, raw)
+
+    def _rec_proposals(self, draft_token_ids: Any) -> list[tuple[str, Any, int, int]]:
+        """Raw proposals before validate_tokens; proposals for ended requests are discarded."""
+        sx = self._sx
+        requests = self.requests  # type: ignore[attr-defined]
+        placeholders_are_drafts = bool(getattr(self, "use_v2_model_runner", False))
+        raw: list[tuple[str, Any, int, int]] = []
+        target_step = sx.step + 1
+        for req_id, drafts in zip(
+            draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=False
+        ):
+            drafts = list(drafts)
+            request = requests.get(req_id)
+            all_pad = bool(drafts) and all(t == -1 for t in drafts)
+            proposed, padding = count_proposal(
+                drafts,
+                placeholders_are_drafts
+                and all_pad
+                and not (request is not None and request.use_structured_output),
+            )
+            if request is None or request.is_finished():
+                outcome = "discarded_aborted" if req_id in sx.aborted else "discarded_finished"
+                block = Block(
+                    req_id, proposed, padding, step=target_step, outcome=outcome, delivered=0
+                )
+                if not block.empty():
+                    sx.emit(target_step, block.record())
+                continue
+            if request.is_prefill_chunk:
+                continue  # vLLM ignores drafts for partial prefills: no block
+            raw.append((req_id, request, proposed, padding))
+        return raw
+
+    def _rec_pending(self, raw: list[tuple[str, Any, int, int]]) -> None:
+        sx = self._sx
+        for req_id, request, proposed, padding in raw:
+            valid = len(request.spec_token_ids) if request.use_structured_output else None
+            sx.pending[req_id] = Block(req_id, proposed, padding, grammar_valid=valid)
+        sx.flush()
+
+    def update_draft_token_ids_in_output(self, draft_token_ids: Any, scheduler_output: Any) -> None:
+        sx = self._sx
+        # Copy the lengths first: the stock method trims the lists in place.
+        raw = sx.guard(
+            "update_draft_token_ids_in_output",
+            lambda: {
+                req_id: count_proposal(list(drafts), False)
+                for req_id, drafts in zip(
+                    draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=False
+                )
+            },
+        )
+        super().update_draft_token_ids_in_output(  # type: ignore[misc]
+            draft_token_ids, scheduler_output
+        )
+        if raw is not None:
+            sx.guard("update_draft_token_ids_in_output", self._rec_validated, raw, scheduler_output)
+
+    def _rec_validated(self, raw: dict[str, tuple[int, int]], scheduler_output: Any) -> None:
+        entry = self._sx.inflight.get(id(scheduler_output))
+        if entry is None:
+            return
+        invalid = scheduler_output.num_invalid_spec_tokens or {}
+        requests = self.requests  # type: ignore[attr-defined]
+        for req_id, block in entry[2].items():
+            if req_id in raw:
+                block.proposed, block.padding = raw[req_id]
+            if req_id in invalid:
+                block.invalid = int(invalid[req_id])
+            request = requests.get(req_id)
+            if request is not None and request.use_structured_output:
+                block.grammar_valid = block.scheduled - int(invalid.get(req_id, 0))
+
+    # steps --------------------------------------------------------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        sx = self._sx
+        step = sx.guard("schedule", sx.next_step)
+        sx.in_schedule = True
+        try:
+            out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            sx.in_schedule = False
+        if step is not None:
+            sx.guard("schedule", self._rec_scheduled, step, out)
+        return out
+
+    def _rec_scheduled(self, step: int, out: Any) -> None:
+        sx = self._sx
+        spec_tokens = out.scheduled_spec_decode_tokens
+        blocks: dict[str, Block] = {}
+        for req_id in out.num_scheduled_tokens:
+            spec = spec_tokens.get(req_id) or ()
+            block = sx.pending.pop(req_id, None)
+            if block is None:
+                if not spec:
+                    continue
+                # Async: placeholders for drafts the worker proposes on the device; assume the
+                # drafter fills each slot (corrected by the deferred SO path when it runs).
+                if sx.is_async:
+                    block = Block(req_id, proposed=len(spec))
+                else:
+                    proposed, padding = count_proposal(list(spec), False)
+                    block = Block(req_id, proposed, padding)
+            block.step = step
+            block.scheduled = len(spec)
+            if not block.empty():
+                blocks[req_id] = block
+        sx.inflight[id(out)] = (step, out, blocks)
+        sx.flush()
+
+    def make_spec_decoding_stats(self, *args: Any, **kwargs: Any) -> Any:
+        sx = self._sx
+        before = kwargs.get("spec_decoding_stats", args[0] if args else None)
+        snapshot = sx.guard("make_spec_decoding_stats", _Snapshot.of, before)
+        after = super().make_spec_decoding_stats(*args, **kwargs)  # type: ignore[misc]
+        if after is not None:
+            sx.guard("make_spec_decoding_stats", sx.stats_observed, snapshot, after)
+        return after
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        sx = self._sx
+        ctx = sx.guard(
+            "update_from_output", self._rec_outputs, scheduler_output, model_runner_output
+        )
+        sx.step_delta = None
+        result = super().update_from_output(  # type: ignore[misc]
+            scheduler_output, model_runner_output
+        )
+        if ctx is not None:
+            sx.guard("update_from_output", self._rec_processed, scheduler_output, *ctx)
+        sx.step_delta = None
+        return result
+
+    def _rec_outputs(
+        self, scheduler_output: Any, model_runner_output: Any
+    ) -> tuple[int, dict[str, Block], dict[str, Any], dict[str, int]]:
+        """Before the stock method: sampled / accepted / outcome of each block of the step."""
+        sx = self._sx
+        entry = sx.inflight.get(id(scheduler_output))
+        step = entry[0] if entry is not None else sx.step
+        blocks = entry[2] if entry is not None else {}
+        requests = self.requests  # type: ignore[attr-defined]
+        sampled_ids = model_runner_output.sampled_token_ids
+        index = model_runner_output.req_id_to_index
+        observed = WORKER_VERIFIED.pop(id(scheduler_output), None)
+        verified: dict[str, int] = (observed() if callable(observed) else observed) or {}
+        seen: dict[str, Any] = {}
+        lengths: dict[str, int] = {}  # output length before the update (for `delivered`)
+        for req_id in scheduler_output.num_scheduled_tokens:
+            request = requests.get(req_id)
+            seen[req_id] = request
+            block = blocks.get(req_id)
+            if block is None:
+                continue
+            if request is not None:
+                lengths[req_id] = len(request.output_token_ids)
+            idx = index.get(req_id)
+            block.sampled = len(sampled_ids[idx]) if sampled_ids and idx is not None else 0
+            block.accepted = max(block.sampled - 1, 0)
+            block.verified = verified.get(req_id)
+            if request is None or request.is_finished():
+                aborted = req_id in sx.aborted
+                block.outcome = "discarded_aborted" if aborted else "discarded_finished"
+            elif request.num_stale_output_tokens > 0 and request.drop_stale_output:
+                # Async, in flight when the request was preempted in drop mode: vLLM skips it
+                # (update_from_output: `output_is_stale and request.drop_stale_output`).
+                block.outcome = "discarded_stale"
+            else:
+                # Stale but delivered (preempted without drop) is an ordinary applied block:
+                # its tokens reach the request and vLLM counts it.
+                block.outcome = "applied"
+        return step, blocks, seen, lengths
+
+    def _rec_processed(
+        self,
+        scheduler_output: Any,
+        step: int,
+        blocks: dict[str, Block],
+        seen: dict[str, Any],
+        lengths: dict[str, int],
+    ) -> None:
+        """After the stock method: the step's blocks, finishes, and the engine's own stats."""
+        sx = self._sx
+        sx.inflight.pop(id(scheduler_output), None)
+        for req_id, block in blocks.items():
+            request = seen.get(req_id)
+            before = lengths.get(req_id)
+            # Observed, not inferred: what the engine appended to the request from this block.
+            if request is None:
+                block.delivered = 0  # unknown to the scheduler: nothing to append to
+            elif before is not None:
+                block.delivered = len(request.output_token_ids) - before
+            sx.emit(step, block.record())
+        for req_id, request in seen.items():
+            if request is None or req_id in sx.done or not request.is_finished():
+                continue
+            sx.done.add(req_id)
+            # Async: stale output delivered after a preemption (scheduled in a later step) can
+            # finish the request; the finish comes after that preempt record.
+            at = max(step, sx.preempted_at.pop(req_id, step))
+            sx.added_at.pop(req_id, None)
+            if status_name(request.status) == ABORTED:
+                sx.aborted.add(req_id)
+                sx.request_event(at, req_id, "abort", None)
+            else:
+                sx.request_event(at, req_id, "finish", finish_reason(request.status))
+        if sx.step_delta is not None and sx.step_delta[0] > 0:
+            d = sx.step_delta
+            sx.emit(
+                step,
+                {
+                    "record": "step_stats",
+                    "step": step,
+                    "num_drafts": d[0],
+                    "num_draft_tokens": d[1],
+                    "num_accepted_tokens": d[2],
+                    "num_accepted_tokens_per_pos": d[3:],
+                },
+            )
+        sx.flush()
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()  # type: ignore[misc]
+        finally:
+            self._sx.guard("shutdown", self._sx.close)
+
+
+class _Snapshot:
+    """Frozen copy of a SpecDecodingStats' exported counters."""
+
+    def __init__(self, stats: Any) -> None:
+        self.num_drafts = stats.num_drafts
+        self.num_draft_tokens = stats.num_draft_tokens
+        self.num_accepted_tokens = stats.num_accepted_tokens
+        self.num_accepted_tokens_per_pos = list(stats.num_accepted_tokens_per_pos)
+
+    @classmethod
+    def of(cls, stats: Any) -> _Snapshot | None:
+        return None if stats is None else cls(stats)

