@@ -402,13 +402,6 @@ class Engine:
         stays, discarded = lifecycle_rule(self.config.mode, kind, x, verified, INT_ARITH)
         return None if stays else ClosedBlock(state.request, block.step, outcome, discarded)
 
-    def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
-        """The block discarded by a Finish or an Abort (what ``fastpath`` memoises)."""
-        kind = "finish" if outcome is Outcome.DISCARDED_FINISHED else "abort"
-        closed = self._close(state, block, kind, outcome)
-        assert closed is not None  # only a preemption keeps a block open
-        return closed
-
     def _block_event(
         self, state: RequestState, event: BlockEvent
     ) -> tuple[RequestState, list[ClosedBlock]]:
