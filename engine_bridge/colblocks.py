@@ -211,7 +211,8 @@ def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> Bl
         )
     )
     # A discarded block is folded when its lifecycle event closes it, with nothing accepted
-    # and, if it never reached the target, nothing verified (machine.Engine._close, transitions.lifecycle_rule).
+    # and, if it never reached the target, nothing verified (machine.Engine._close,
+    # transitions.lifecycle_rule).
     folded = StepInputs(
         proposed=x.proposed,
         padding=x.padding,
