@@ -181,6 +181,22 @@ def install_suffix(py: Path, log: Path | None = None) -> bool:
     return has_suffix(py)
 
 
+_WHERE = "import pathlib, spectally; print(pathlib.Path(spectally.__file__).resolve())"
+
+
+def installed_repo(py: Path) -> Path | None:
+    """The checkout whose ``spectally`` the environment imports (None if it imports none)."""
+    out = subprocess.run(
+        [str(py), "-c", _WHERE],
+        capture_output=True,
+        text=True,
+        cwd="/",  # never the current folder's modules
+    )
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return Path(out.stdout.strip()).parents[1]  # <repo>/cli/__init__.py
+
+
 def ensure_venv(force: bool = False, verbose: bool = True, suffix: bool = False) -> Path:
     """Create the environment if missing (minutes); return its interpreter."""
     venv = venv_dir()
@@ -192,6 +208,10 @@ def ensure_venv(force: bool = False, verbose: bool = True, suffix: bool = False)
         marker.write_text(PIP_SPEC + "\n")
         ready = True
     if ready:
+        if installed_repo(py) != REPO_ROOT.resolve():
+            # The environment is shared by every checkout on this machine (a CI clone, a
+            # worktree): the spectally it imports must be this checkout's, not the last one's.
+            install_repo(py, REPO_ROOT, log)
         if suffix:
             install_suffix(py, log)
         return py
