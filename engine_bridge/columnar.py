@@ -52,6 +52,7 @@ from .translate import Header
 _STEP = attrgetter("step")
 _REQUEST = attrgetter("request")
 _OUTCOME = attrgetter("outcome")
+STALE = "discarded_stale"
 STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # nullable columns pass through float (None -> nan) below this
 
@@ -208,17 +209,29 @@ class Columnar:
             applied = np.ones(len(outcomes), dtype=np.bool_)
         else:
             applied = np.fromiter(map("applied".__eq__, outcomes), np.bool_, len(outcomes))
-        # Lifecycle records and discarded blocks, in line order, through the request table.
-        discarded = rs_at[~applied]
-        order = np.sort(np.concatenate([rq_at, discarded]))
+        stale = np.fromiter(map(STALE.__eq__, outcomes), np.bool_, len(outcomes))
+        # Lifecycle records, discarded blocks and the applied blocks of the requests with a
+        # lifecycle record or a discarded block under way, in line order, through the
+        # request table (the other blocks only need their request open: check_block_order).
+        table = self.table
+        table.mode, table.drop_default = mode, header.drop_stale_output
+        walked = rs_at[~applied]
+        watched = table.watched()
+        ends = [records[i] for i in rq_at.tolist()]
+        watched.update(r.request for r in ends if r.event != "add")
+        watched.update(map(_REQUEST, _pick(records, walked)))
+        if watched:
+            mine = np.fromiter(map(watched.__contains__, map(_REQUEST, blocks)), np.bool_)
+            walked = rs_at[~applied | mine]
+        order = np.sort(np.concatenate([rq_at, walked]))
         events = [(int(lines[i]), records[i]) for i in order.tolist()]
-        done = self.table.lifecycle(events, self.last_step)
-        self.tally.requests = self.table.requests
+        done = table.lifecycle(events, self.last_step)
+        self.tally.requests = table.requests
         slot = np.fromiter(
-            map(self.table.slots.__getitem__, map(_REQUEST, blocks)), np.int64, len(blocks)
+            map(table.slots.__getitem__, map(_REQUEST, blocks)), np.int64, len(blocks)
         )
         block_lines, block_steps = lines[rs_at], steps[rs_at]
-        check_block_order(slot, block_lines, self.table, applied)
+        check_block_order(slot, block_lines, table)
         check_one_block_per_step(block_steps, slot)
         counts5 = _block_ints(blocks)
         columns = BlockColumns(
@@ -233,6 +246,7 @@ class Columnar:
             delivered=_delivered(blocks, self.delivered_known),
             applied=applied,
             structured=self.table.structured[slot],
+            stale=stale,
         )
         result = check_blocks(mode, k, columns)
         stats = _pick(records, ss_at)
@@ -299,7 +313,7 @@ class Columnar:
                 raise Irregular(str(exc)) from None
             self.tally.checked += 1
         summary = make_summary(self.path, header, self.tally, counters)
-        return ReplayResult(self.path, "agree", [], None, summary, [], counters)
+        return ReplayResult(self.path, "agree", [], None, summary, [], counters, checker="columnar")
 
 
 def replay_columnar(
