@@ -42,6 +42,7 @@ from .translate import LIFECYCLE_OUTCOME
 # counts it also returns (the discarded block) are folded by colblocks from the record.
 _NO_COUNTS: StepInputs[int, bool] = StepInputs(0, 0, False, 0, 0, 0, 0, False, False)
 
+INF_LINE = np.iinfo(np.int64).max
 ENDED_RING = 1 << 18  # ended ids remembered (as hashes) to refuse a second add of one
 STALE = "discarded_stale"
 ARITH = INT_ARITH

@@ -17,7 +17,7 @@ reference's `Counters`), tallies and shift terms.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -32,12 +32,14 @@ from .colblocks import BlockColumns, check_blocks
 from .colread import (
     Irregular,
     Kinds,
+    Request,
     byte_chunks,
     decode_chunk,
     delivered_in_schema,
     itemgetter_list,
 )
 from .colseq import (
+    INF_LINE,
     RequestTable,
     StatsColumns,
     check_block_order,
@@ -210,27 +212,30 @@ class Columnar:
         else:
             applied = np.fromiter(map("applied".__eq__, outcomes), np.bool_, len(outcomes))
         stale = np.fromiter(map(STALE.__eq__, outcomes), np.bool_, len(outcomes))
-        # Lifecycle records, discarded blocks and the applied blocks of the requests with a
-        # lifecycle record or a discarded block under way, in line order, through the
-        # request table (the other blocks only need their request open: check_block_order).
+        # Lifecycle records, discarded blocks and the applied blocks of a request written
+        # after its first end record or discarded block of the chunk (or all of them, when
+        # its lifecycle state carries over), in line order, through the request table; the
+        # other blocks only need their request open (check_block_order).
         table = self.table
         table.mode, table.drop_default = mode, header.drop_stale_output
-        walked = rs_at[~applied]
-        watched = table.watched()
-        ends = [records[i] for i in rq_at.tolist()]
-        watched.update(r.request for r in ends if r.event != "add")
-        watched.update(map(_REQUEST, _pick(records, walked)))
-        if watched:
-            mine = np.fromiter(map(watched.__contains__, map(_REQUEST, blocks)), np.bool_)
-            walked = rs_at[~applied | mine]
-        order = np.sort(np.concatenate([rq_at, walked]))
+        block_lines, block_steps = lines[rs_at], steps[rs_at]
+        order = np.sort(np.concatenate([rq_at, rs_at[~applied]]))
+        first = dict.fromkeys(table.watched(), 0)
+        for i in order.tolist():
+            rec = records[i]
+            if type(rec) is not Request or rec.event != "add":
+                first.setdefault(rec.request, int(lines[i]))
+        if first:
+            after = map(first.get, map(_REQUEST, blocks), repeat(INF_LINE))
+            walk = applied & (block_lines > np.fromiter(after, np.int64, len(blocks)))
+            if walk.any():
+                order = np.sort(np.concatenate([order, rs_at[walk]]))
         events = [(int(lines[i]), records[i]) for i in order.tolist()]
         done = table.lifecycle(events, self.last_step)
         self.tally.requests = table.requests
         slot = np.fromiter(
             map(table.slots.__getitem__, map(_REQUEST, blocks)), np.int64, len(blocks)
         )
-        block_lines, block_steps = lines[rs_at], steps[rs_at]
         check_block_order(slot, block_lines, table)
         check_one_block_per_step(block_steps, slot)
         counts5 = _block_ints(blocks)
