@@ -4,10 +4,11 @@ the plain reference replay, and the fast path really taken.
 Logs come from `synth_varied` with preemptions (sync: the dropped proposal; async: the stale
 block in flight, delivered or dropped, by the header's default or the record's own
 ``drop_stale_output``), then are changed: one engine number tampered, one line corrupted, or
-one lifecycle record or outcome changed (moved, removed, repeated, its drop flag flipped, an
-outcome swapped), which exercises every pattern the lifecycle pass refuses. `same` asserts
-the status, exit code, report, JSON and totals are the reference's; an unchanged log must be
-vouched for by the columnar checker itself (``ReplayResult.checker``).
+one lifecycle record or outcome changed (moved, written steps later, removed, repeated, its
+drop flag flipped, an outcome swapped), which exercises the patterns the lifecycle pass
+refuses. `same` asserts the status, exit code, report, JSON and totals are the reference's;
+an unchanged log must be vouched for by the columnar checker itself
+(``ReplayResult.checker``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,15 @@ def _change(how: str, lines: list[bytes], i: int, rng: random.Random) -> list[by
     elif how == "move":
         j = min(max(1, i + rng.choice((-3, -2, -1, 1, 2, 3, 8))), len(out) - 2)
         out.insert(j, out.pop(i))
+    elif how == "late":  # the same record, written 1-3 steps later
+        rec["step"] += rng.randint(1, 3)
+        del out[i]
+        at = [
+            j
+            for j, raw in enumerate(out)
+            if j and json.loads(raw).get("step", 1 << 62) >= rec["step"]
+        ]
+        out.insert(at[0] if at else len(out) - 1, _dump(rec))
     elif how == "drop flag" and rec["record"] == "request":
         if rec["event"] == "preempt" and "drop_stale_output" in rec and rng.random() < 0.3:
             del rec["drop_stale_output"]
@@ -102,7 +112,7 @@ def _write(tmp: Path, lines: list[bytes]) -> Path:
     drop=st.booleans(),
     av=st.booleans(),
     change=st.sampled_from(
-        ["none", "tamper", "corrupt", "remove", "repeat", "move", "drop flag", "outcome"]
+        ["none", "tamper", "corrupt", "remove", "repeat", "move", "late", "drop flag", "outcome"]
     ),
 )
 def test_preemption_heavy_logs(
@@ -139,7 +149,7 @@ def test_every_lifecycle_change_of_a_log(tmp_path: Path, mode: str, drop: bool) 
     statuses: dict[str, int] = {}
     vouched = 0
     for i in _lifecycle_at(lines):
-        for how in ("remove", "repeat", "move", "drop flag", "outcome"):
+        for how in ("remove", "repeat", "move", "late", "drop flag", "outcome"):
             fast, _ = same(_write(tmp_path, _change(how, lines, i, rng)))
             statuses[fast.status] = statuses.get(fast.status, 0) + 1
             vouched += fast.checker == "columnar"
