@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import synth_varied
+from spectally.engine_bridge import colread, synth_varied
 from spectally.engine_bridge.replay import replay_file
 from test_columnar import _corrupt, _tamper, same, strict_columnar  # noqa: F401 (autouse)
 
@@ -185,3 +185,20 @@ def test_preempted_logs_stay_on_the_fast_path(tmp_path: Path) -> None:
         assert (fast.status, fast.checker) == ("agree", "columnar")
         if seed == 4:  # one full comparison of a larger log
             same(path)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_lifecycle_state_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Chunks of a few lines: held end records, open discarded blocks and waiting stale
+    Accepts carry from one chunk to the next (and are released once the engine is two steps
+    past them), with the reference's verdicts."""
+    monkeypatch.setattr(colread, "CHUNK_BYTES", 1500)
+    lines = _log(11, mode, mode == "async", 300)
+    fast, _ = same(_write(tmp_path, lines))
+    assert (fast.status, fast.checker) == ("agree", "columnar")
+    rng = random.Random(2)
+    for i in _lifecycle_at(lines)[::3]:
+        for how in ("late", "move", "outcome"):
+            same(_write(tmp_path, _change(how, lines, i, rng)))
