@@ -211,7 +211,10 @@ class Columnar:
             applied = np.ones(len(outcomes), dtype=np.bool_)
         else:
             applied = np.fromiter(map("applied".__eq__, outcomes), np.bool_, len(outcomes))
-        stale = np.fromiter(map(STALE.__eq__, outcomes), np.bool_, len(outcomes))
+        if applied.all():
+            stale = np.zeros(len(outcomes), dtype=np.bool_)
+        else:
+            stale = np.fromiter(map(STALE.__eq__, outcomes), np.bool_, len(outcomes))
         # Lifecycle records, discarded blocks and the applied blocks of a request written
         # after its first end record or discarded block of the chunk (or all of them, when
         # its lifecycle state carries over), in line order, through the request table; the
