@@ -7,7 +7,9 @@
 Two synthetic async logs are written to temporary files: ``uniform``
 (spectally.engine_bridge.synth: k = 4, batch 32, few distinct block shapes) and ``varied``
 (spectally.engine_bridge.synth_varied: k = 8, AV, 35 % structured with grammar cuts,
-padding, budget cuts, 64-256 drifting requests, uuid ids, finishes and aborts). For each, in
+padding, budget cuts, 64-256 drifting requests, uuid ids, finishes and aborts), and
+``preempted`` (varied with preemptions: a burst of 1-3 every ~20 steps, stale output
+delivered or dropped). For each, in
 the same process and run, best of 3, CPU time (``time.process_time``):
 
 * parse-only baselines over the same file: ``json.loads`` per line, ``orjson.loads`` per line,
@@ -42,6 +44,10 @@ from spectally.engine_bridge.replay import replay_file
 GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
     "uniform": lambda n, seed: synth.lines(n, seed=seed),
     "varied": lambda n, seed: synth_varied.lines(n, seed=seed),
+    # varied with preemptions under memory pressure: a burst of 1-3 every ~20 steps, the
+    # stale output in flight delivered (header default) or dropped (30 % of the records
+    # set drop_stale_output themselves)
+    "preempted": lambda n, seed: synth_varied.lines(n, seed=seed, preempt_share=0.05),
 }
 
 
@@ -57,7 +63,7 @@ def _peak_rss_mb() -> float:
 def write_log(kind: str, n: int, path: str) -> dict[str, Any]:
     """Write the log; count its records, request-steps and distinct request_step shapes."""
     shapes: set[bytes] = set()
-    records = steps = 0
+    records = steps = preempts = 0
     with open(path, "wb") as f:
         for line in GENERATORS[kind](n, 1):
             f.write(line)
@@ -67,7 +73,9 @@ def write_log(kind: str, n: int, path: str) -> dict[str, Any]:
                 # the shape: everything but the step and the request id
                 rest = line[line.index(b'"proposed"') :]
                 shapes.add(rest)
-    return {"records": records, "request_steps": steps, "shapes": len(shapes)}
+            elif b'"event":"preempt"' in line:
+                preempts += 1
+    return {"records": records, "request_steps": steps, "shapes": len(shapes), "preempts": preempts}
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
@@ -129,8 +137,8 @@ def replay_timed(path: str) -> tuple[float, float]:
     finally:
         columnar.check_blocks = blocks  # type: ignore[assignment]
         columnar.check_step_stats = stats  # type: ignore[assignment]
-    if result.status != "agree":
-        raise SystemExit(f"replay of {path} did not agree: {result.status}")
+    if (result.status, result.checker) != ("agree", "columnar"):
+        raise SystemExit(f"replay of {path}: {result.status} by the {result.checker} path")
     return total, spent[0]
 
 
@@ -194,7 +202,8 @@ def main() -> None:
         replay = row["replay s"]
         print(
             f"{kind}: {row['records']:,} records, {steps:,} request-steps, {row['MB']} MB,"
-            f" distinct shapes {row['shapes']:,} ({row['shapes'] / steps:.2%})"
+            f" distinct shapes {row['shapes']:,} ({row['shapes'] / steps:.2%}),"
+            f" preemptions {row['preempts']:,}"
         )
         print(
             f"  replay {replay:.2f} s: {row['records'] / replay:,.0f} records/s,"

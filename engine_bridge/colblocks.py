@@ -58,8 +58,9 @@ class BlockColumns:
     accepted: Ints
     sampled: Ints
     delivered: Ints  # -1: absent or null
-    applied: Bools  # outcome "applied"; any other outcome here is a lifecycle discard
+    applied: Bools  # outcome "applied"
     structured: Bools  # of the request
+    stale: Bools  # outcome "discarded_stale": dropped stale output, its Accept after a Preempt
 
 
 @dataclass
@@ -97,7 +98,8 @@ def block_inputs(mode: Mode, c: BlockColumns) -> tuple[StepInputs[Any, Any], Boo
     kept = np.where(has_g, g, n) if sync else n
     offered = np.where(c.structured, kept, slots) if sync else slots
     scheduled_drafts = np.minimum(kept, s)
-    in_forward = (s > 0) | c.applied
+    closes = c.applied | c.stale  # blocks closed by an Accept (translate_block's plan.accept)
+    in_forward = (s > 0) | closes
     refused = (
         (has_g & ~c.structured)  # translate: grammar_valid on an unstructured request
         | (s > offered)  # translate: scheduled above what was offered
@@ -188,9 +190,10 @@ def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> Bl
     p = pipeline(mode, x, ar)
     _fail(in_forward & (p.verified != verify), "Verify names other drafts than reached")
     ok = np.ones(len(n), dtype=np.bool_)
+    closes = c.applied | c.stale
     for _, cond in admissibility(mode, x, ar, ar.lit(k)):
-        ok &= cond | ~c.applied  # the Accept of an applied block (E5)
-    _fail(~ok, "an inadmissible applied block")
+        ok &= cond | ~closes  # the Accept of an applied or dropped stale block (E5, E6)
+    _fail(~ok, "an inadmissible block Accept")
     # What replay checks of the record: scheduled slots, invalid, accepted, delivered.
     _fail(p.scheduled_slots != c.scheduled, "scheduled differs from the reference's")
     expected_invalid = legacy_scheduled_invalid(mode, x, ar)
@@ -210,9 +213,9 @@ def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> Bl
             strict=True,
         )
     )
-    # A discarded block is folded when its lifecycle event closes it, with nothing accepted
-    # and, if it never reached the target, nothing verified (machine.Engine._close,
-    # transitions.lifecycle_rule).
+    # A block a lifecycle event discards is folded with nothing accepted and, if it never
+    # reached the target, nothing verified (transitions.discard_rule); a dropped stale block
+    # keeps its Accept's count, not applied (transitions.accept_rule; x has applied False).
     folded = StepInputs(
         proposed=x.proposed,
         padding=x.padding,
@@ -220,7 +223,7 @@ def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> Bl
         grammar_valid=x.grammar_valid,
         schedule_cap=x.schedule_cap,
         av_cap=np.where(in_forward, x.av_cap, 0),
-        accepted=np.where(c.applied, x.accepted, 0),
+        accepted=np.where(closes, x.accepted, 0),
         applied=x.applied,
         legacy_reported=x.legacy_reported,
     )

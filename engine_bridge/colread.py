@@ -141,6 +141,7 @@ def open_log(path: str) -> BinaryIO:
     except BadInput as exc:
         raise Irregular(str(exc)) from None
 
+
 def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> Iterator[bytes]:
     """The log's bytes in chunks of whole lines (each ends with a newline, except perhaps the
     last). A stream error (corrupt gzip, unreadable file) is `Irregular`: the reference replay

@@ -11,28 +11,41 @@ E1-E3, E6), checked here over a chunk of whole steps:
 * step_stats = the sum of the step's blocks' legacy counts (segment sums over the sorted
   step column; per position from a histogram of accepted lengths per step).
 
-Lifecycle records are few (one add and one end per request), so they take one lean pass in
-line order (`RequestTable.lifecycle`). The columnar checker handles the patterns a vLLM engine
-writes without preemption: ``add``, applied blocks, and ``finish``/``abort`` with at most one
-block in flight written before or after it (``discarded_finished``/``discarded_aborted``).
-Anything else (preemptions, stale outputs, a discarded block with no end, ...) is `Irregular`
-and goes to the reference replay.
+Lifecycle records are few (one add and one end per request, preemptions), so they take one
+lean pass in line order (`RequestTable.lifecycle`), together with the discarded blocks and
+the applied blocks of the requests that have a lifecycle record or a discarded block open.
+That pass mirrors how the reference replay holds a ``finish`` / ``abort`` / ``preempt``
+record until the discarded blocks written after it are read (reference_replay.py: `Held`,
+``held_accepts``, claims) and how the machine closes blocks (machine.py E3, E6: the
+decision is `transitions.lifecycle_rule`, the stale outcome `transitions.is_applied`): a
+block whose claimed outcome the reference would not confirm, a block opened where the
+machine refuses it, a record of an ended request, or a discarded block never closed is
+`Irregular` and the log goes to the reference replay.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import numpy as np
+from spectally.reference.arith import INT_ARITH
+from spectally.reference.step import Mode, StepInputs
+from spectally.reference.transitions import is_applied, lifecycle_rule
 
-from .array_arith import Bools, Ints
+from .array_arith import Ints
 from .colread import Irregular, Request, RequestStep
+from .translate import LIFECYCLE_OUTCOME
 
-ENDED_RING = 1 << 18  # ended ids remembered (as hashes) to refuse a second add of one
+# lifecycle_rule decides from the mode, the event and whether the block was verified; the
+# counts it also returns (the discarded block) are folded by colblocks from the record.
+_NO_COUNTS: StepInputs[int, bool] = StepInputs(0, 0, False, 0, 0, 0, 0, False, False)
+
 INF_LINE = np.iinfo(np.int64).max
-END_OUTCOME = {"finish": "discarded_finished", "abort": "discarded_aborted"}
+ENDED_RING = 1 << 18  # ended ids remembered (as hashes) to refuse a second add of one
+STALE = "discarded_stale"
+ARITH = INT_ARITH
 
 
 class SlotMap(dict[str, int]):
@@ -42,19 +55,31 @@ class SlotMap(dict[str, int]):
         return -1
 
 
-@dataclass
-class Pending:
-    """A request whose end is under way: its end record (held, as the reference holds it)
-    and/or the one discarded block of it, whichever came first."""
+@dataclass(eq=False)
+class OpenBlock:
+    """A discarded block the reference machine keeps open until a lifecycle event closes it
+    (its record's claimed outcome is confirmed then)."""
 
-    slot: int
-    end: str | None = None  # "finish" / "abort", once its record was read
-    end_step: int = 0
-    discard: str | None = None  # the discarded block's outcome, once its record was read
+    step: int
+    outcome: str  # the record's claim
+    verified: bool  # reached Verify (the forward pass)
+    stale: bool = False
+    dropped: bool = False
+
+
+@dataclass
+class Life:
+    """One request's lifecycle state, as the reference replay holds it."""
+
+    held: tuple[str, int, bool] | None = None  # held end record: event, step, drop stale
+    open: list[OpenBlock] = field(default_factory=list)
+    accepts: list[OpenBlock] = field(default_factory=list)  # discarded_stale: Accept waits
+    ended: bool = False
 
 
 class RequestTable:
-    """The open requests: slot per id, structured flag and line interval per slot."""
+    """The open requests: slot per id, structured flag and add line per slot, and the
+    lifecycle state of the requests with an end record or a discarded block under way."""
 
     def __init__(self) -> None:
         self.slots = SlotMap()
@@ -62,17 +87,17 @@ class RequestTable:
         self.free: list[int] = list(range(size - 1, -1, -1))
         self.structured = np.zeros(size, dtype=np.bool_)
         self.open_line = np.zeros(size, dtype=np.int64)  # line of the add record
-        self.close_line = np.full(size, INF_LINE, dtype=np.int64)  # no block after it
-        self.pending: dict[str, Pending] = {}
+        self.life: dict[str, Life] = {}
         self.ended = np.zeros(ENDED_RING, dtype=np.int64)
         self.ended_next = 0
         self.requests = 0
+        self.mode = Mode.SYNC
+        self.drop_default = False
 
     def _grow(self) -> None:
         size = 2 * len(self.structured)
         self.structured = np.resize(self.structured, size)
         self.open_line = np.resize(self.open_line, size)
-        self.close_line = np.resize(self.close_line, size)
         self.free.extend(range(size - 1, size // 2 - 1, -1))
 
     def _add(self, rid: str, line: int, structured: bool) -> None:
@@ -84,101 +109,145 @@ class RequestTable:
         self.slots[rid] = slot
         self.structured[slot] = structured
         self.open_line[slot] = line
-        self.close_line[slot] = INF_LINE
         self.requests += 1
 
+    def watched(self) -> set[str]:
+        """Requests with lifecycle state carried from an earlier chunk."""
+        return set(self.life)
+
     def lifecycle(self, events: list[tuple[int, Any]], last_step: int) -> list[str]:
-        """Apply the chunk's lifecycle records and discarded blocks, in line order; returns
-        the ids that ended for good (freed at the end of the chunk, after the block checks
-        read their intervals)."""
+        """Apply the chunk's lifecycle records, discarded blocks and the applied blocks of
+        watched requests, in line order; returns the ids that ended for good (freed at the
+        end of the chunk, after the block checks read their slots)."""
         added: list[int] = []
         done: list[str] = []
         for line, rec in events:
             rid = rec.request
             if type(rec) is Request:
-                event = rec.event
-                if event == "add":
-                    if rid in self.pending:
-                        raise Irregular(f"request {rid!r} added twice")
+                if rec.event == "add":
                     if rec.structured is not True and rec.structured is not False:
                         raise Irregular("add without structured")
                     self._add(rid, line, rec.structured)
                     added.append(hash(rid))
-                    continue
-                if event not in END_OUTCOME:
-                    raise Irregular(f"a {event} record (left to the reference)")
-                if rec.drop_stale_output is not msgspec.UNSET:
-                    raise Irregular("drop_stale_output on a request that is not preempted")
-                slot = self.slots[rid]
-                pending = self.pending.get(rid)
-                if slot < 0 or (pending is not None and pending.end is not None):
-                    raise Irregular(f"{event} of an unknown or ended request {rid!r}")
-                if pending is None:
-                    self.pending[rid] = Pending(slot, event, rec.step)
-                    self.close_line[slot] = min(self.close_line[slot], line)
-                    continue
-                if pending.discard != END_OUTCOME[event]:
-                    raise Irregular("a discarded block with another outcome than its end")
-                pending.end = event
-                done.append(rid)
+                else:
+                    self._end_record(rid, rec, done)
                 continue
             assert type(rec) is RequestStep
-            slot = self.slots[rid]
-            if slot < 0 or line <= self.open_line[slot]:
-                raise Irregular(f"a block of an unknown request {rid!r}")
-            pending = self.pending.get(rid)
-            if pending is None:  # the block first, its end record later
-                self.pending[rid] = Pending(slot, None, 0, rec.outcome)
-                self.close_line[slot] = min(self.close_line[slot], line)
-                continue
-            if (
-                pending.discard is not None
-                or pending.end is None
-                or END_OUTCOME[pending.end] != rec.outcome
-                or rec.step > pending.end_step + 1
-            ):
-                raise Irregular("a discarded block the columnar checker does not pair")
-            pending.discard = rec.outcome
-            done.append(rid)
-        for rid, pending in self.pending.items():
-            # An end with no block in flight: final once no block can follow (step + 1).
-            if (
-                pending.discard is None
-                and pending.end is not None
-                and pending.end_step + 1 < last_step
-            ):
-                done.append(rid)
+            self._block(rid, line, rec, done)
+        for rid, life in self.life.items():
+            # A held end is released once the engine is past its step + 1 (reference replay:
+            # `_advance`); every record of the request after that would release it first.
+            if life.held is not None and life.held[1] + 1 < last_step:
+                self._release(rid, life, done)
         if added and self.ended_next:
             seen = self.ended[: min(self.ended_next, ENDED_RING)]
             if np.isin(np.asarray(added, dtype=np.int64), seen).any():
                 raise Irregular("an id added again after its request ended")
         return done
 
+    def _end_record(self, rid: str, rec: Request, done: list[str]) -> None:
+        event = rec.event
+        flag = rec.drop_stale_output
+        if event != "preempt" and flag is not msgspec.UNSET:
+            raise Irregular("drop_stale_output on a request that is not preempted")
+        if self.slots[rid] < 0:
+            raise Irregular(f"{event} of an unknown or ended request {rid!r}")
+        life = self.life.setdefault(rid, Life())
+        if life.held is not None:
+            self._release(rid, life, done)
+        if life.ended:
+            raise Irregular(f"{event} of an ended request {rid!r}")
+        drop = self.drop_default if flag is msgspec.UNSET or flag is None else bool(flag)
+        life.held = (event, rec.step, drop)
+
+    def _block(self, rid: str, line: int, rec: RequestStep, done: list[str]) -> None:
+        slot = self.slots[rid]
+        if slot < 0 or line <= self.open_line[slot]:
+            raise Irregular(f"a block of an unknown request {rid!r}")
+        outcome = rec.outcome
+        discarded = outcome != "applied"
+        life = self.life.get(rid)
+        if life is None:
+            if not discarded:
+                return
+            life = self.life[rid] = Life()
+        if life.held is not None and not (discarded and rec.step <= life.held[1] + 1):
+            self._release(rid, life, done)
+        if life.ended:
+            raise Irregular(f"a block of an ended request {rid!r}")
+        # E3: sync runs one block at a time; async may open one while the open ones are in
+        # the forward pass.
+        if life.open and (self.mode is Mode.SYNC or not all(b.verified for b in life.open)):
+            raise Irregular("a block opened while the machine refuses it")
+        if not discarded:
+            return
+        block = OpenBlock(rec.step, outcome, rec.scheduled > 0 or outcome == STALE)
+        life.open.append(block)
+        if outcome == STALE:
+            life.accepts.append(block)
+            if life.held is not None and life.held[0] == "preempt":
+                self._release(rid, life, done)
+
+    def _release(self, rid: str, life: Life, done: list[str]) -> None:
+        """The held end record's event, as the machine applies it (E6), then, after a
+        preemption, the Accepts of the blocks it made stale."""
+        assert life.held is not None
+        event, _, drop = life.held
+        life.held = None
+        accepts, life.accepts = life.accepts, []
+        outcome = LIFECYCLE_OUTCOME[event]
+        keep: list[OpenBlock] = []
+        for block in life.open:
+            stays, _ = lifecycle_rule(self.mode, event, _NO_COUNTS, block.verified, ARITH)
+            if stays:
+                block.stale, block.dropped = True, drop
+                keep.append(block)
+            elif block.outcome != outcome:
+                raise Irregular(f"a {block.outcome} block closed by a {event}")
+        life.open = []
+        if event != "preempt":
+            life.ended = True
+            done.append(rid)
+            return
+        for block in accepts:
+            if block in keep:  # still open, now stale: its Accept (E6)
+                if is_applied(block.stale, block.dropped, ARITH):
+                    raise Irregular("stale output delivered, yet the record says discarded_stale")
+                keep.remove(block)
+        if keep:
+            raise Irregular("a block left stale with an outcome no Accept confirms")
+
     def release(self, done: list[str]) -> None:
-        """Forget requests that ended for good; remember their ids (hashes) for a while."""
+        """Forget requests that ended for good (and lifecycle state that is settled);
+        remember the ended ids (hashes) for a while."""
         for rid in done:
-            if rid not in self.pending:
+            if self.life.pop(rid, None) is None:
                 continue
-            del self.pending[rid]
             self.free.append(self.slots.pop(rid))
             self.ended[self.ended_next % ENDED_RING] = hash(rid)
             self.ended_next += 1
+        settled = [r for r, v in self.life.items() if v.held is None and not v.open]
+        for rid in settled:
+            del self.life[rid]
 
     def finish(self) -> None:
-        """End of log: a discarded block whose end never came is left to the reference."""
-        for pending in self.pending.values():
-            if pending.end is None:
+        """End of log: held end records are released (as the reference does); a discarded
+        block still open is left to the reference."""
+        done: list[str] = []
+        for rid, life in self.life.items():
+            if life.held is not None:
+                self._release(rid, life, done)
+            if life.open:
                 raise Irregular("a discarded block still open at the end")
 
 
-def check_block_order(slot: Ints, line: Ints, table: RequestTable, applied: Bools) -> None:
-    """Blocks only between their request's add and close lines (a discarded block is the
-    line that closes it, checked by `RequestTable.lifecycle`)."""
+def check_block_order(slot: Ints, line: Ints, table: RequestTable) -> None:
+    """Blocks only of known requests, after their add lines (what happens at their ends is
+    checked by `RequestTable.lifecycle`)."""
     if (slot < 0).any():
         raise Irregular("a block of an unknown or ended request")
-    inside = (line > table.open_line[slot]) & ((line < table.close_line[slot]) | ~applied)
-    if not inside.all():
-        raise Irregular("a block outside its request's lifetime")
+    if not (line > table.open_line[slot]).all():
+        raise Irregular("a block before its request's add")
 
 
 def check_one_block_per_step(step: Ints, slot: Ints) -> None:

@@ -17,7 +17,7 @@ reference's `Counters`), tallies and shift terms.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -32,12 +32,14 @@ from .colblocks import BlockColumns, check_blocks
 from .colread import (
     Irregular,
     Kinds,
+    Request,
     byte_chunks,
     decode_chunk,
     delivered_in_schema,
     itemgetter_list,
 )
 from .colseq import (
+    INF_LINE,
     RequestTable,
     StatsColumns,
     check_block_order,
@@ -52,6 +54,7 @@ from .translate import Header
 _STEP = attrgetter("step")
 _REQUEST = attrgetter("request")
 _OUTCOME = attrgetter("outcome")
+STALE = "discarded_stale"
 STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # nullable columns pass through float (None -> nan) below this
 
@@ -208,17 +211,35 @@ class Columnar:
             applied = np.ones(len(outcomes), dtype=np.bool_)
         else:
             applied = np.fromiter(map("applied".__eq__, outcomes), np.bool_, len(outcomes))
-        # Lifecycle records and discarded blocks, in line order, through the request table.
-        discarded = rs_at[~applied]
-        order = np.sort(np.concatenate([rq_at, discarded]))
-        events = [(int(lines[i]), records[i]) for i in order.tolist()]
-        done = self.table.lifecycle(events, self.last_step)
-        self.tally.requests = self.table.requests
-        slot = np.fromiter(
-            map(self.table.slots.__getitem__, map(_REQUEST, blocks)), np.int64, len(blocks)
-        )
+        if applied.all():
+            stale = np.zeros(len(outcomes), dtype=np.bool_)
+        else:
+            stale = np.fromiter(map(STALE.__eq__, outcomes), np.bool_, len(outcomes))
+        # Lifecycle records, discarded blocks and the applied blocks of a request written
+        # after its first end record or discarded block of the chunk (or all of them, when
+        # its lifecycle state carries over), in line order, through the request table; the
+        # other blocks only need their request open (check_block_order).
+        table = self.table
+        table.mode, table.drop_default = mode, header.drop_stale_output
         block_lines, block_steps = lines[rs_at], steps[rs_at]
-        check_block_order(slot, block_lines, self.table, applied)
+        order = np.sort(np.concatenate([rq_at, rs_at[~applied]]))
+        first = dict.fromkeys(table.watched(), 0)
+        for i in order.tolist():
+            rec = records[i]
+            if type(rec) is not Request or rec.event != "add":
+                first.setdefault(rec.request, int(lines[i]))
+        if first:
+            after = map(first.get, map(_REQUEST, blocks), repeat(INF_LINE))
+            walk = applied & (block_lines > np.fromiter(after, np.int64, len(blocks)))
+            if walk.any():
+                order = np.sort(np.concatenate([order, rs_at[walk]]))
+        events = [(int(lines[i]), records[i]) for i in order.tolist()]
+        done = table.lifecycle(events, self.last_step)
+        self.tally.requests = table.requests
+        slot = np.fromiter(
+            map(table.slots.__getitem__, map(_REQUEST, blocks)), np.int64, len(blocks)
+        )
+        check_block_order(slot, block_lines, table)
         check_one_block_per_step(block_steps, slot)
         counts5 = _block_ints(blocks)
         columns = BlockColumns(
@@ -233,6 +254,7 @@ class Columnar:
             delivered=_delivered(blocks, self.delivered_known),
             applied=applied,
             structured=self.table.structured[slot],
+            stale=stale,
         )
         result = check_blocks(mode, k, columns)
         stats = _pick(records, ss_at)
@@ -299,7 +321,7 @@ class Columnar:
                 raise Irregular(str(exc)) from None
             self.tally.checked += 1
         summary = make_summary(self.path, header, self.tally, counters)
-        return ReplayResult(self.path, "agree", [], None, summary, [], counters)
+        return ReplayResult(self.path, "agree", [], None, summary, [], counters, checker="columnar")
 
 
 def replay_columnar(

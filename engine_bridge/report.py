@@ -77,6 +77,9 @@ class ReplayResult:
     summary: dict[str, Any]
     notes: list[str]
     totals: Counters | None = None  # the reference's counters of the whole log (both profiles)
+    # Which checker vouched for the verdict: "columnar" (the fast path agreed on its own) or
+    # "reference" (the plain replay judged the log). Not part of the report or the JSON.
+    checker: str = "reference"
 
     @property
     def exit_code(self) -> int:

@@ -6,7 +6,13 @@ verification, 35 % structured requests whose grammar cuts proposals at random, p
 padding (uniform-length batches and skipped drafting), token-budget cuts, 64-256 concurrent
 requests drifting over time, uuid-like ids, requests of very different lengths that finish or
 are aborted, with the block in flight written after the end (async) or the dropped proposal
-(sync).
+(sync), and preemptions under memory pressure (``preempt_share``: the chance per step of a
+burst of 1-3 preemptions; a preempted request pauses for 2-12 steps, then resumes): sync
+writes the preempt record and, half the time, the dropped proposal (``discarded_preempted``,
+nothing scheduled); async writes the preempt record and the block in flight, whose stale
+output is delivered (``applied``, counted) unless the preemption drops it
+(``drop_stale_output`` on the record, else the header's default: ``discarded_stale``, not
+counted).
 
 As in synth.py, ``step_stats`` and ``totals`` are computed here the way vLLM 0.32's
 ``make_spec_decoding_stats`` counts (a block counts when it had scheduled slots and its
@@ -34,6 +40,8 @@ def generate(
     min_batch: int = 64,
     max_batch: int = 256,
     abort_share: float = 0.1,
+    preempt_share: float = 0.0,
+    drop_stale_output: bool = False,
     seed: int = 0,
 ) -> Iterator[Record]:
     """About ``n_records`` records (the last step is completed, then the totals record)."""
@@ -48,7 +56,7 @@ def generate(
         "spec_method": "eagle",
         "structured_outputs_backend": "xgrammar" if structured_share > 0 else None,
         "adaptive_verification": av,
-        "drop_stale_output": False,
+        "drop_stale_output": drop_stale_output,
         "config": {"synthetic": True, "generator": "spectally.engine_bridge.synth_varied"},
     }
     emitted = 1
@@ -58,6 +66,7 @@ def generate(
     target = float(rng.randint(min_batch, max_batch))
     step = 0
     in_flight: list[Record] = []
+    paused: dict[str, int] = {}  # preempted request -> the step it resumes at
     while emitted < n_records:
         step += 1
         out: list[Record] = in_flight
@@ -80,11 +89,25 @@ def generate(
         pos = [0] * k
         ended: list[tuple[str, str]] = []
         budget_cut = rng.random() < 0.1  # a token budget that cuts this step's blocks
+        preempt: set[str] = set()
+        if preempt_share and rng.random() < preempt_share:  # memory pressure: a burst
+            running = [rid for rid in active if rid not in paused]
+            preempt = set(rng.sample(running, min(len(running), rng.randint(1, 3))))
         for rid, (structured, end_chance) in active.items():
-            if rng.random() < 0.03:
+            if paused.get(rid, 0) > step:
+                continue
+            paused.pop(rid, None)
+            if rid in preempt:
+                out.extend(_preempted(rng, step, rid, structured, k, mode, av, drop_stale_output))
+                paused[rid] = step + rng.randint(2, 12)
+                rec = out[-1]
+                if rec["record"] != "request_step" or rec["outcome"] != "applied":
+                    continue
+            elif rng.random() < 0.03:
                 continue  # no draft block this step
-            rec = _block(rng, step, rid, structured, k, mode, av, budget_cut)
-            out.append(rec)
+            else:
+                rec = _block(rng, step, rid, structured, k, mode, av, budget_cut)
+                out.append(rec)
             if rec["scheduled"] > 0:
                 accepted = rec["accepted"]
                 stats[0] += 1
@@ -92,7 +115,7 @@ def generate(
                 stats[2] += accepted
                 for i in range(accepted):
                     pos[i] += 1
-            if rng.random() < end_chance:
+            if rid not in paused and rng.random() < end_chance:
                 ended.append((rid, "abort" if rng.random() < abort_share else "finish"))
         for rid, event in ended:
             end: Record = {"record": "request", "step": step, "request": rid, "event": event}
@@ -137,6 +160,37 @@ def generate(
         "num_accepted_tokens": totals[2],
         "num_accepted_tokens_per_pos": totals_pos,
     }
+
+
+def _preempted(
+    rng: random.Random,
+    step: int,
+    rid: str,
+    structured: bool,
+    k: int,
+    mode: str,
+    av: bool,
+    default_drop: bool,
+) -> list[Record]:
+    """A preemption of a running request and its block of this step, as vLLM writes them."""
+    preempt: Record = {"record": "request", "step": step, "request": rid, "event": "preempt"}
+    r = rng.random()
+    drop = default_drop
+    if r < 0.3:
+        drop = preempt["drop_stale_output"] = r < 0.15
+    out = [preempt]
+    rec = _block(rng, step, rid, structured, k, mode, av, False)
+    if mode == "sync":
+        if rng.random() < 0.5:  # the proposal, never scheduled
+            rec.update(scheduled=0, verified=None, invalid=None, sampled=0, accepted=0)
+            rec["outcome"] = "discarded_preempted"
+            out.append(rec)
+    elif drop:  # the stale output in flight, dropped
+        rec["outcome"] = "discarded_stale"
+        out.append(rec)
+    else:  # the stale output in flight, delivered: an ordinary applied block
+        out.append(rec)
+    return out
 
 
 def _block(

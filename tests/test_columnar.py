@@ -72,12 +72,16 @@ def test_every_recorded_log_and_trace(path: Path) -> None:
 
 
 def test_the_columnar_path_judges_most_real_logs() -> None:
-    """Not a fallback everywhere: every agreeing log without a preemption or a cut end is
-    judged by the columnar checker itself (and `test_every_recorded_log_and_trace` shows it
-    judged them as the reference does)."""
+    """Not a fallback everywhere: every agreeing recorded log and trace, preemptions and
+    stale output included, is judged by the columnar checker itself (and
+    `test_every_recorded_log_and_trace` shows it judged them as the reference does)."""
     vouched = [p.name for p in LOGS if columnar_agrees(p)]
-    assert len(vouched) >= 40, vouched
-    assert not any("preempt" in name or "stale" in name for name in vouched)
+    assert len(vouched) >= 45, vouched
+    lifecycle = [p for p in LOGS if "preempt" in p.name or "stale" in p.name]
+    agreeing = [p for p in lifecycle if replay_file(str(p), progress=False).status == "agree"]
+    assert len(agreeing) >= 5
+    for path in agreeing:
+        assert replay_file(str(path), progress=False).checker == "columnar", path.name
     assert not any(columnar_agrees(p) for p in (ROOT / "tests" / "traces" / "diverge").iterdir())
 
 
@@ -409,6 +413,7 @@ def _columns(**kw: Any) -> colblocks.BlockColumns:
         delivered=[-1, -1],
         applied=[True, False],
         structured=[False, False],
+        stale=[False, False],
     )
     base.update(kw)
     return colblocks.BlockColumns(**{name: np.array(v) for name, v in base.items()})
