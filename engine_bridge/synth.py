@@ -156,20 +156,58 @@ def _block(
     offered = kept if (structured and mode == "sync") else proposed + padding
     scheduled = offered if rng.random() < 0.95 else rng.randint(0, offered)
     scheduled_drafts = min(kept, scheduled)
+    return engine_block(
+        rng,
+        step=step,
+        rid=rid,
+        sync=mode == "sync",
+        structured=structured,
+        proposed=proposed,
+        padding=padding,
+        grammar_valid=grammar_valid,
+        scheduled=scheduled,
+        scheduled_drafts=scheduled_drafts,
+        av=av,
+        p_full_verify=0.7,
+        p_accept=0.7,
+    )
+
+
+def engine_block(
+    rng: random.Random,
+    *,
+    step: int,
+    rid: str,
+    sync: bool,
+    structured: bool,
+    proposed: int,
+    padding: int,
+    grammar_valid: int | None,
+    scheduled: int,
+    scheduled_drafts: int,
+    av: bool,
+    p_full_verify: float,
+    p_accept: float,
+) -> Record:
+    """What the engine does with a scheduled block (AV cap, async grammar check, acceptance),
+    as its applied ``request_step`` record, computed independently of the reference. Shared by
+    the two generators (synth_varied.py draws its blocks with other odds)."""
     verified: int | None = None
     if av:
-        verified = scheduled_drafts if rng.random() < 0.7 else rng.randint(0, scheduled_drafts)
+        verified = (
+            scheduled_drafts if rng.random() < p_full_verify else rng.randint(0, scheduled_drafts)
+        )
     in_pass = scheduled_drafts if verified is None else verified
     invalid: int | None = None
     eligible = in_pass
-    if mode == "async" and structured:
+    if not sync and structured:
         assert grammar_valid is not None
         valid = min(scheduled_drafts, grammar_valid)
         invalid = scheduled - valid
         grammar_valid = scheduled - invalid
         eligible = min(in_pass, valid)
     accepted = 0
-    while accepted < eligible and rng.random() < 0.7:
+    while accepted < eligible and rng.random() < p_accept:
         accepted += 1
     return {
         "record": "request_step",

@@ -27,6 +27,8 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from .synth import engine_block
+
 Record = dict[str, Any]
 
 
@@ -217,35 +219,21 @@ def _block(
     offered = kept if (structured and sync) else proposed + padding
     scheduled = rng.randint(0, offered) if budget_cut and rng.random() < 0.5 else offered
     scheduled_drafts = min(kept, scheduled)
-    verified: int | None = None
-    if av:
-        verified = scheduled_drafts if rng.random() < 0.6 else rng.randint(0, scheduled_drafts)
-    in_pass = scheduled_drafts if verified is None else verified
-    invalid: int | None = None
-    eligible = in_pass
-    if not sync and structured:
-        assert grammar_valid is not None
-        valid = min(scheduled_drafts, grammar_valid)
-        invalid = scheduled - valid
-        grammar_valid = scheduled - invalid
-        eligible = min(in_pass, valid)
-    accepted = 0
-    while accepted < eligible and rng.random() < 0.75:
-        accepted += 1
-    return {
-        "record": "request_step",
-        "step": step,
-        "request": rid,
-        "proposed": proposed,
-        "padding": padding,
-        "grammar_valid": grammar_valid,
-        "scheduled": scheduled,
-        "invalid": invalid,
-        "verified": verified,
-        "sampled": accepted + 1,
-        "accepted": accepted,
-        "outcome": "applied",
-    }
+    return engine_block(
+        rng,
+        step=step,
+        rid=rid,
+        sync=sync,
+        structured=structured,
+        proposed=proposed,
+        padding=padding,
+        grammar_valid=grammar_valid,
+        scheduled=scheduled,
+        scheduled_drafts=scheduled_drafts,
+        av=av,
+        p_full_verify=0.6,
+        p_accept=0.75,
+    )
 
 
 def lines(n_records: int, **kwargs: Any) -> Iterator[bytes]:
