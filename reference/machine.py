@@ -59,7 +59,7 @@ from .events import (
     Verify,
 )
 from .invariants import check_invariants, check_monotone
-from .step import Mode, StepInputs, legacy_step, rfc_step
+from .step import LegacyStepCounts, Mode, RfcStepCounts, StepInputs, legacy_step, rfc_step
 from .transitions import accept_rule, lifecycle_rule, stage_rule
 
 
@@ -216,6 +216,8 @@ class ClosedBlock:
     step: int
     outcome: Outcome
     inputs: StepInputs[int, bool]
+    rfc: RfcStepCounts[int]  # what it adds to the counters (rfc_step, legacy_step of inputs)
+    legacy: LegacyStepCounts[int]
 
 
 @dataclass(frozen=True)
@@ -255,11 +257,10 @@ class Engine:
             return []
         request = self._request_for(event)
         new_state, closed = self._transition(request, event)
-        mode = self.config.mode
         totals, counters = self.totals, new_state.counters
         for c in closed:
-            totals = totals.add_step(mode, c.inputs)
-            counters = counters.add_step(mode, c.inputs)
+            totals = totals.add_counts(c.rfc, c.legacy)
+            counters = counters.add_counts(c.rfc, c.legacy)
         if self.check:
             check_invariants(totals)
             check_invariants(counters)
@@ -400,14 +401,17 @@ class Engine:
         x = block.inputs(state.structured, accepted=0, applied=False, legacy_reported=False)
         verified = Stage.VERIFY in block.stages
         stays, discarded = lifecycle_rule(self.config.mode, kind, x, verified, INT_ARITH)
-        return None if stays else ClosedBlock(state.request, block.step, outcome, discarded)
+        return None if stays else self._closed(state.request, block.step, outcome, discarded)
 
-    def _discard(self, state: RequestState, block: Block, outcome: Outcome) -> ClosedBlock:
-        """The block discarded by a Finish or an Abort (what ``fastpath`` memoises)."""
-        kind = "finish" if outcome is Outcome.DISCARDED_FINISHED else "abort"
-        closed = self._close(state, block, kind, outcome)
-        assert closed is not None  # only a preemption keeps a block open
-        return closed
+    def _closed(
+        self, request: str, step: int, outcome: Outcome, inputs: StepInputs[int, bool]
+    ) -> ClosedBlock:
+        """A closed block with its step counts, evaluated once: `apply` folds them into the
+        engine totals and the request's counters, and replay reads them."""
+        mode = self.config.mode
+        rfc = rfc_step(mode, inputs, INT_ARITH)
+        legacy = legacy_step(mode, inputs, INT_ARITH)
+        return ClosedBlock(request, step, outcome, inputs, rfc, legacy)
 
     def _block_event(
         self, state: RequestState, event: BlockEvent
@@ -478,7 +482,7 @@ class Engine:
         if reasons:
             raise illegal("; ".join(reasons))
         outcome = Outcome.APPLIED if inputs.applied else Outcome.DISCARDED_STALE
-        closed = ClosedBlock(rid, step, outcome, inputs)
+        closed = self._closed(rid, step, outcome, inputs)
         new = RequestState(
             state.request,
             state.structured,

@@ -967,7 +967,7 @@ def test_unexpected_exception_leaves_the_state_unchanged(monkeypatch: pytest.Mon
     def boom(*args: object, **kwargs: object) -> None:
         raise Boom
 
-    monkeypatch.setattr(Counters, "add_step", boom)
+    monkeypatch.setattr(Counters, "add_counts", boom)
     with pytest.raises(Boom):
         e.apply(Accept("a", 0, 1))
     assert snapshot(e) == before
