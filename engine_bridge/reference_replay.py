@@ -302,7 +302,7 @@ class Replayer:
             # A discarded block is counted by neither profile: stale output is discarded only
             # when vLLM dropped it, and then vLLM 0.32 skips it too (SPEC.md R6, L5, DEC-7).
             # Whether the preemption really dropped it is checked when its Accept is applied.
-            inputs = block.inputs(state.structured, accepted, False, False)
+            inputs = block.inputs(accepted, False, False)
             lg = legacy_step(mode, inputs, INT_ARITH)
             actual_outcome = outcome
             claim = Claim(line, outcome, rec)

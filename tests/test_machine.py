@@ -130,7 +130,7 @@ def can_take(mode: Mode, state: RequestState, block: Block, stage: Stage) -> boo
 
 
 def so_far(mode: Mode, state: RequestState, block: Block) -> Any:
-    return pipeline(mode, block.inputs(state.structured, 0, True, True), INT_ARITH)
+    return pipeline(mode, block.so_far, INT_ARITH)
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -305,9 +305,9 @@ class EngineMachine(RuleBasedStateMachine):
         rid, step = state.request, block.step
         event: Event
         if stage is Stage.PAD:
-            event = Pad(rid, step, data.draw(st.integers(0, self.k - block.proposed)))
+            event = Pad(rid, step, data.draw(st.integers(0, self.k - block.so_far.proposed)))
         elif stage is Stage.GRAMMAR:
-            base = block.proposed if self.mode is SYNC else p.scheduled_drafts
+            base = block.so_far.proposed if self.mode is SYNC else p.scheduled_drafts
             event = GrammarReject(rid, step, data.draw(st.integers(0, base)))
         elif stage is Stage.TRUNCATE:
             event = Truncate(rid, step, data.draw(st.integers(0, p.scheduled_slots)))
@@ -349,7 +349,7 @@ class EngineMachine(RuleBasedStateMachine):
         rid, step = state.request, block.step
         event: Event
         if stage is Stage.GRAMMAR:
-            base = block.proposed if self.mode is SYNC else p.scheduled_drafts
+            base = block.so_far.proposed if self.mode is SYNC else p.scheduled_drafts
             event = GrammarReject(rid, step, base + over)
         elif stage is Stage.TRUNCATE:
             event = Truncate(rid, step, p.scheduled_slots + over)
@@ -1028,4 +1028,4 @@ def test_transitions_from_a_fresh_block_match_the_engine(mode: Mode) -> None:
     for stage, count in ((tr.PROPOSE, 2), (tr.PAD, 1)):
         conditions, x, _ = tr.stage_rule(mode, stage, x, count, 4, INT_ARITH)
         assert all(ok for _, ok in conditions)
-    assert x == block.inputs(True, 0, True, True)
+    assert x == block.so_far
