@@ -60,7 +60,7 @@ from spectally.reference.machine import (
     Stage,
     step_counts,
 )
-from spectally.reference.step import Mode, StepQuery, pipeline
+from spectally.reference.step import Mode, StepQuery, legacy_step, pipeline, rfc_step
 from strategies import StagePlan, event_traces, modes, plan_events, plan_inputs, stage_plans
 
 SYNC, ASYNC = Mode.SYNC, Mode.ASYNC
@@ -479,6 +479,9 @@ def test_generated_traces_are_legal_and_consistent(case: tuple[EngineConfig, lis
     again = Counters.zero(config.k)
     for c in closed:
         again = again.add_step(config.mode, c.inputs)
+        # The counts a closed block carries are its rules' counts (evaluated once, folded twice).
+        assert c.rfc == rfc_step(config.mode, c.inputs, INT_ARITH)
+        assert c.legacy == legacy_step(config.mode, c.inputs, INT_ARITH)
     assert again == engine.totals
     # Replaying without runtime checks gives the same state.
     unchecked = Engine(config, check=False)
