@@ -269,6 +269,24 @@ class EngineMachine(RuleBasedStateMachine):
             expected = Outcome.DISCARDED_STALE if dropped else Outcome.APPLIED
             assert [c.outcome for c in closed] == [expected]
 
+    @precondition(lambda self: self.engine is not None and self.e.current_step is not None)
+    @rule(data=st.data(), end=st.sampled_from([Finish, Abort]))
+    def ended_with_open_block_scenario(self, data: st.DataObject, end: type) -> None:
+        """A fresh request opens a block, which may reach the forward pass, and ends: the block
+        is discarded as finished or aborted. The single-event rules reach this only by chance,
+        and the derandomized exploration shifts with unrelated source edits and with which test
+        files are collected alongside (it once left discarded_finished unexplored)."""
+        self.add_request(structured=False)
+        rid, step = f"r{self.next_id - 1}", self.e.current_step
+        assert step is not None
+        n = data.draw(st.integers(0, self.k))
+        self.attempt(Propose(rid, step, n), legal=True)
+        if data.draw(st.booleans()):
+            self.attempt(Verify(rid, step, n), legal=True)
+        closed = self.attempt_closing(end(rid, step))
+        expected = Outcome.DISCARDED_FINISHED if end is Finish else Outcome.DISCARDED_ABORTED
+        assert [c.outcome for c in closed] == [expected]
+
     # -- block stages, legal counts ---------------------------------------------------------
     # Preconditions keep Hypothesis from spending steps on rules that have nothing to do.
 
