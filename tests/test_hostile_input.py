@@ -326,12 +326,12 @@ def test_stdin_gzip(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spectally.engine_bridge import cli as bridge_cli
+    from spectally.engine_bridge import fleet
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bridge_cli, "replay_file", interrupted)
+    monkeypatch.setattr(fleet, "replay_file", interrupted)  # one log: replayed in this process
     result = run("replay", str(LOG))
     assert result.exit_code == ExitCode.INTERRUPTED
     assert "Traceback" not in result.output and "interrupted" in result.stderr
