@@ -294,6 +294,7 @@ class Replayer:
                 self.account.tainted = f"line {line} was rejected by the reference"
                 return
             inputs = closed.inputs
+            lg = closed.legacy
             actual_outcome = closed.outcome.value
         else:
             block = self.engine.requests[rid].block_at(step)
@@ -301,7 +302,8 @@ class Replayer:
             # A discarded block is counted by neither profile: stale output is discarded only
             # when vLLM dropped it, and then vLLM 0.32 skips it too (SPEC.md R6, L5, DEC-7).
             # Whether the preemption really dropped it is checked when its Accept is applied.
-            inputs = block.inputs(state.structured, accepted, False, False)
+            inputs = block.inputs(accepted, False, False)
+            lg = legacy_step(mode, inputs, INT_ARITH)
             actual_outcome = outcome
             claim = Claim(line, outcome, rec)
             self.claims[(rid, step)] = claim
@@ -341,7 +343,6 @@ class Replayer:
                 line, column(rec, bad), "request_step", step, reason, rec, table, self._state(rid)
             )
             return
-        lg = legacy_step(mode, inputs, INT_ARITH)
         self.account.add(line, rid, lg)
         self.legacy_sum[0] += lg.num_drafts
         self.legacy_sum[1] += lg.num_draft_tokens

@@ -119,7 +119,8 @@ class State:
 def _psum_function(mode: Mode, x: SymInputs, field: str, tag: str) -> z3.FuncDeclRef:
     fn = z3.RecFunction(f"{tag}.psum.{field}", z3.IntSort(), z3.IntSort())
     n = z3.Int(f"{tag}.n")
-    added_at = getattr(ct.position_add_step(ct.position_zero(AR), n - 1, mode, x, AR), field)
+    c, legacy = st.rfc_step(mode, x, AR), st.legacy_step(mode, x, AR)
+    added_at = getattr(ct.position_add_step(ct.position_zero(AR), n - 1, c, legacy, AR), field)
     z3.RecAddDefinition(fn, [n], z3.If(n <= 0, z3.IntVal(0), fn(n - 1) + added_at))
     return fn
 
@@ -156,12 +157,13 @@ def fold(s: State, mode: Mode, x: SymInputs, ctx: Context, tag: str) -> Fold:
         fn = _psum_function(mode, x, field, tag)
         psums[field] = fn(ctx.k)
         facts.append(fn(ctx.k) == AR.min(block_total(mode, x, field), ctx.k))
+    c, legacy = st.rfc_step(mode, x, AR), st.legacy_step(mode, x, AR)
     new = State(
-        rfc=ct.rfc_add_step(s.rfc, st.rfc_step(mode, x, AR), AR),
-        legacy=ct.legacy_add_step(s.legacy, st.legacy_step(mode, x, AR), AR),
-        pos_i=ct.position_add_step(s.pos_i, ctx.i, mode, x, AR),
-        pos_j=ct.position_add_step(s.pos_j, ctx.j, mode, x, AR),
-        pos_0=ct.position_add_step(s.pos_0, AR.lit(0), mode, x, AR),
+        rfc=ct.rfc_add_step(s.rfc, c, AR),
+        legacy=ct.legacy_add_step(s.legacy, legacy, AR),
+        pos_i=ct.position_add_step(s.pos_i, ctx.i, c, legacy, AR),
+        pos_j=ct.position_add_step(s.pos_j, ctx.j, c, legacy, AR),
+        pos_0=ct.position_add_step(s.pos_0, AR.lit(0), c, legacy, AR),
         sums=ct.position_merge(s.sums, PositionCounts(**psums), AR),
     )
     return Fold(new, facts)

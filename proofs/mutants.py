@@ -141,13 +141,10 @@ def _position_increment_le(orig: Any) -> Callable[..., Any]:
 def _position_accepted_from_verified(orig: Any) -> Callable[..., Any]:
     """position_add_step: the accepted vector is advanced by the verified length."""
 
-    def position_add_step(
-        pc: Any, position: Any, mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]
-    ) -> Any:
-        new = orig(pc, position, mode, x, ar)
-        verified = st.rfc_step(mode, x, ar).verified
+    def position_add_step(pc: Any, position: Any, c: Any, legacy: Any, ar: Arith[Any, Any]) -> Any:
+        new = orig(pc, position, c, legacy, ar)
         return replace(
-            new, accepted=ar.add(pc.accepted, st.position_increment(verified, position, ar))
+            new, accepted=ar.add(pc.accepted, st.position_increment(c.verified, position, ar))
         )
 
     return position_add_step

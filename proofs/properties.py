@@ -541,10 +541,8 @@ def _fold_is_merge(tag: str) -> list[Obligation]:
             ),
             (
                 "position_add_step",
-                ct.position_add_step(pc, p, mode, x, AR),
-                ct.position_merge(
-                    pc, ct.position_add_step(ct.position_zero(AR), p, mode, x, AR), AR
-                ),
+                ct.position_add_step(pc, p, c, lc, AR),
+                ct.position_merge(pc, ct.position_add_step(ct.position_zero(AR), p, c, lc, AR), AR),
             ),
         ]
         for name, folded, merged in pairs:

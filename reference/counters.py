@@ -133,13 +133,12 @@ def legacy_merge(a: LegacyTotals[N], b: LegacyTotals[N], ar: Arith[N, B]) -> Leg
 def position_add_step(
     pc: PositionCounts[N],
     position: N,
-    mode: Mode,
-    x: StepInputs[N, B],
+    c: RfcStepCounts[N],
+    legacy: LegacyStepCounts[N],
     ar: Arith[N, B],
 ) -> PositionCounts[N]:
-    """Fold one block into the counters at ``position``."""
-    c = rfc_step(mode, x, ar)
-    legacy = legacy_step(mode, x, ar)
+    """Fold one block into the counters at ``position``, from the block's step counts
+    (``rfc_step`` and ``legacy_step``, evaluated once per block, not once per position)."""
     return position_merge(
         pc,
         PositionCounts(
@@ -195,13 +194,18 @@ class Counters:
         )
 
     def add_step(self, mode: Mode, x: StepInputs[int, bool]) -> Counters:
+        """Fold one block: its step counts, then `add_counts`."""
+        return self.add_counts(rfc_step(mode, x, INT_ARITH), legacy_step(mode, x, INT_ARITH))
+
+    def add_counts(self, c: RfcStepCounts[int], legacy: LegacyStepCounts[int]) -> Counters:
+        """Fold one block's step counts (``rfc_step``, ``legacy_step``) into every counter."""
         ar = INT_ARITH
         return Counters(
             k=self.k,
-            rfc=rfc_add_step(self.rfc, rfc_step(mode, x, ar), ar),
-            legacy=legacy_add_step(self.legacy, legacy_step(mode, x, ar), ar),
+            rfc=rfc_add_step(self.rfc, c, ar),
+            legacy=legacy_add_step(self.legacy, legacy, ar),
             positions=tuple(
-                position_add_step(pc, i, mode, x, ar) for i, pc in enumerate(self.positions)
+                position_add_step(pc, i, c, legacy, ar) for i, pc in enumerate(self.positions)
             ),
         )
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from .arith import INT_ARITH
 from .counters import Counters, counts_dict
@@ -59,8 +58,8 @@ from .events import (
     Verify,
 )
 from .invariants import check_invariants, check_monotone
-from .step import Mode, StepInputs, legacy_step, rfc_step
-from .transitions import accept_rule, lifecycle_rule, stage_rule
+from .step import LegacyStepCounts, Mode, RfcStepCounts, StepInputs, legacy_step, rfc_step
+from .transitions import accept_rule, fresh_block, lifecycle_rule, stage_rule
 
 
 class Stage(enum.IntEnum):
@@ -102,8 +101,7 @@ STAGE_REQUIRES: dict[Mode, dict[Stage, Stage]] = {
     Mode.ASYNC: {Stage.ACCEPT: Stage.VERIFY, Stage.GRAMMAR: Stage.VERIFY},
 }
 
-# The stage names of transitions.py (the count rules of each stage) and the one block field
-# each stage sets.
+# The stage names of transitions.py (the count rules of each stage).
 RULE_STAGE: dict[Stage, str] = {
     Stage.PROPOSE: "propose",
     Stage.PAD: "pad",
@@ -111,13 +109,6 @@ RULE_STAGE: dict[Stage, str] = {
     Stage.TRUNCATE: "truncate",
     Stage.AV: "av",
     Stage.VERIFY: "verify",
-}
-STAGE_FIELD: dict[Stage, str] = {
-    Stage.PROPOSE: "proposed",
-    Stage.PAD: "padding",
-    Stage.GRAMMAR: "grammar_valid",
-    Stage.TRUNCATE: "schedule_cap",
-    Stage.AV: "av_cap",
 }
 
 BLOCK_EVENT_STAGE: dict[type, Stage] = {
@@ -153,11 +144,9 @@ class Block:
 
     step: int
     stages: tuple[Stage, ...]
-    proposed: int = 0
-    padding: int = 0
-    grammar_valid: int | None = None
-    schedule_cap: int | None = None
-    av_cap: int | None = None
+    # The stage inputs so far, as transitions.py keeps them: a stage that has not run keeps
+    # everything (caps normalised), accepted 0, applied and reported until the block closes.
+    so_far: StepInputs[int, bool]
     stale: bool = False
     stale_dropped: bool = False  # the engine drops this stale output (it is then discarded)
 
@@ -165,20 +154,10 @@ class Block:
     def last_stage(self) -> Stage:
         return self.stages[-1]
 
-    def inputs(
-        self, structured: bool, accepted: int, applied: bool, legacy_reported: bool
-    ) -> StepInputs[int, bool]:
-        slots = self.proposed + self.padding
-        return StepInputs(
-            proposed=self.proposed,
-            padding=self.padding,
-            structured=structured,
-            grammar_valid=self.proposed if self.grammar_valid is None else self.grammar_valid,
-            schedule_cap=slots if self.schedule_cap is None else self.schedule_cap,
-            av_cap=slots if self.av_cap is None else self.av_cap,
-            accepted=accepted,
-            applied=applied,
-            legacy_reported=legacy_reported,
+    def inputs(self, accepted: int, applied: bool, legacy_reported: bool) -> StepInputs[int, bool]:
+        """The block's stage inputs, closed with these values."""
+        return replace(
+            self.so_far, accepted=accepted, applied=applied, legacy_reported=legacy_reported
         )
 
     def describe(self) -> str:
@@ -216,6 +195,8 @@ class ClosedBlock:
     step: int
     outcome: Outcome
     inputs: StepInputs[int, bool]
+    rfc: RfcStepCounts[int]  # what it adds to the counters (rfc_step, legacy_step of inputs)
+    legacy: LegacyStepCounts[int]
 
 
 @dataclass(frozen=True)
@@ -255,11 +236,10 @@ class Engine:
             return []
         request = self._request_for(event)
         new_state, closed = self._transition(request, event)
-        mode = self.config.mode
         totals, counters = self.totals, new_state.counters
         for c in closed:
-            totals = totals.add_step(mode, c.inputs)
-            counters = counters.add_step(mode, c.inputs)
+            totals = totals.add_counts(c.rfc, c.legacy)
+            counters = counters.add_counts(c.rfc, c.legacy)
         if self.check:
             check_invariants(totals)
             check_invariants(counters)
@@ -376,7 +356,7 @@ class Engine:
         for block in state.blocks:
             discarded = self._close(state, block, kind, outcome)
             if discarded is None:  # async, in flight: its output comes back stale (rule E6)
-                keep.append(_block(block, stale=True, stale_dropped=drop))
+                keep.append(replace(block, stale=True, stale_dropped=drop))
             else:
                 closed.append(discarded)
         # The closed blocks are folded into the counters by `apply`.
@@ -397,10 +377,19 @@ class Engine:
     ) -> ClosedBlock | None:
         """One open block under a Finish, Abort or Preempt (``kind``): discarded with
         ``outcome``, or None when it stays open as stale output (transitions.lifecycle_rule)."""
-        x = block.inputs(state.structured, accepted=0, applied=False, legacy_reported=False)
         verified = Stage.VERIFY in block.stages
-        stays, discarded = lifecycle_rule(self.config.mode, kind, x, verified, INT_ARITH)
-        return None if stays else ClosedBlock(state.request, block.step, outcome, discarded)
+        stays, discarded = lifecycle_rule(self.config.mode, kind, block.so_far, verified, INT_ARITH)
+        return None if stays else self._closed(state.request, block.step, outcome, discarded)
+
+    def _closed(
+        self, request: str, step: int, outcome: Outcome, inputs: StepInputs[int, bool]
+    ) -> ClosedBlock:
+        """A closed block with its step counts, evaluated once: `apply` folds them into the
+        engine totals and the request's counters, and replay reads them."""
+        mode = self.config.mode
+        rfc = rfc_step(mode, inputs, INT_ARITH)
+        legacy = legacy_step(mode, inputs, INT_ARITH)
+        return ClosedBlock(request, step, outcome, inputs, rfc, legacy)
 
     def _block_event(
         self, state: RequestState, event: BlockEvent
@@ -430,7 +419,7 @@ class Engine:
                 raise illegal("sync mode: the previous block is still open")
             if any(Stage.VERIFY not in b.stages for b in state.blocks):
                 raise illegal("the previous block has not reached the target yet")
-            block = Block(step=step, stages=())
+            block = Block(step, (), fresh_block(state.structured, INT_ARITH))
         else:
             order = STAGE_ORDER[mode]
             if order.index(stage) <= order.index(block.last_stage):
@@ -442,19 +431,14 @@ class Engine:
         if needed is not None and needed not in block.stages:
             raise illegal(f"{stage.name} requires {needed.name} first")
 
+        others = tuple(b for b in state.blocks if b.step != step)
         if not isinstance(event, Accept):  # Accept is checked below (accept_rule)
-            x = block.inputs(state.structured, 0, True, True)
-            conditions, after, named = stage_rule(mode, RULE_STAGE[stage], x, count, k, INT_ARITH)
+            rule = RULE_STAGE[stage]
+            conditions, after, named = stage_rule(mode, rule, block.so_far, count, k, INT_ARITH)
             for reason, ok in conditions:
                 if not ok:
                     raise illegal(reason.format(**named))
-            field = STAGE_FIELD.get(stage)
-            if field is not None:  # the one input this stage sets (Verify sets none)
-                block = _block(block, **{field: getattr(after, field)})
-        block = _block(block, stages=(*block.stages, stage))
-
-        others = tuple(b for b in state.blocks if b.step != step)
-        if not isinstance(event, Accept):
+            block = replace(block, stages=(*block.stages, stage), so_far=after)
             blocks = tuple(sorted((*others, block), key=_block_step)) if others else (block,)
             return (
                 RequestState(
@@ -463,15 +447,14 @@ class Engine:
                 [],
             )
 
-        x = block.inputs(state.structured, 0, True, True)
         conditions, inputs = accept_rule(
-            mode, x, count, block.stale, block.stale_dropped, k, INT_ARITH
+            mode, block.so_far, count, block.stale, block.stale_dropped, k, INT_ARITH
         )
         reasons = [r for r, ok in conditions if not ok]
         if reasons:
             raise illegal("; ".join(reasons))
         outcome = Outcome.APPLIED if inputs.applied else Outcome.DISCARDED_STALE
-        closed = ClosedBlock(rid, step, outcome, inputs)
+        closed = self._closed(rid, step, outcome, inputs)
         new = RequestState(
             state.request,
             state.structured,
@@ -485,33 +468,6 @@ class Engine:
 
 def _block_step(block: Block) -> int:
     return block.step
-
-
-def _block(
-    b: Block,
-    *,
-    stages: tuple[Stage, ...] | None = None,
-    proposed: int | None = None,
-    padding: int | None = None,
-    grammar_valid: int | None = None,
-    schedule_cap: int | None = None,
-    av_cap: int | None = None,
-    stale: bool | None = None,
-    stale_dropped: bool | None = None,
-) -> Block:
-    """``dataclasses.replace(b, ...)`` for the fields given (not None; no field is ever set
-    back to None)."""
-    changes: dict[str, Any] = {
-        "stages": stages,
-        "proposed": proposed,
-        "padding": padding,
-        "grammar_valid": grammar_valid,
-        "schedule_cap": schedule_cap,
-        "av_cap": av_cap,
-        "stale": stale,
-        "stale_dropped": stale_dropped,
-    }
-    return replace(b, **{name: v for name, v in changes.items() if v is not None})
 
 
 def _is_count(value: object) -> bool:
