@@ -314,7 +314,11 @@ def test_mermaid_blocks_keep_to_the_simple_syntax() -> None:
 
 # -- the repository is self-contained ---------------------------------------------------------
 
-OUTSIDE = re.compile(r"/work/|\.\./shared|shared/reference|vllm-0\.3[23]-(?:counting|changes)\.md")
+# Written with one-letter classes ([k], [e]) so this line does not itself match a plain-text
+# search for such paths; the strings it matches are the same.
+OUTSIDE = re.compile(
+    r"/wor[k]/|\.\./shar[e]d|shar[e]d/reference|vllm-0\.3[23]-(?:counting|changes)\.md"
+)
 
 
 def test_no_file_points_outside_the_repository() -> None:
