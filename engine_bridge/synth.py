@@ -105,21 +105,7 @@ def generate(
                     "reason": "stop",
                 }
             )
-        if stats[0]:
-            out.append(
-                {
-                    "record": "step_stats",
-                    "step": step,
-                    "num_drafts": stats[0],
-                    "num_draft_tokens": stats[1],
-                    "num_accepted_tokens": stats[2],
-                    "num_accepted_tokens_per_pos": pos,
-                }
-            )
-            for i in range(3):
-                totals[i] += stats[i]
-            for i in range(k):
-                totals_pos[i] += pos[i]
+        close_step(out, step, stats, pos, totals, totals_pos)
         for rid in finished:
             structured = active.pop(rid)
             if mode == "async":  # the next block was already in flight: discarded, uncounted
@@ -171,6 +157,35 @@ def _block(
         p_full_verify=0.7,
         p_accept=0.7,
     )
+
+
+def close_step(
+    out: list[Record],
+    step: int,
+    stats: list[int],
+    pos: list[int],
+    totals: list[int],
+    totals_pos: list[int],
+) -> None:
+    """End a generated step: its ``step_stats`` record (only when some block was counted, as
+    vLLM logs it) and the step's counts added to the running totals. Shared by both
+    generators."""
+    if not stats[0]:
+        return
+    out.append(
+        {
+            "record": "step_stats",
+            "step": step,
+            "num_drafts": stats[0],
+            "num_draft_tokens": stats[1],
+            "num_accepted_tokens": stats[2],
+            "num_accepted_tokens_per_pos": pos,
+        }
+    )
+    for i in range(3):
+        totals[i] += stats[i]
+    for i, n in enumerate(pos):
+        totals_pos[i] += n
 
 
 def engine_block(

@@ -27,7 +27,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from .synth import engine_block
+from .synth import close_step, engine_block
 
 Record = dict[str, Any]
 
@@ -124,21 +124,7 @@ def generate(
             if event == "finish":
                 end["reason"] = rng.choice(("stop", "length", "eos"))
             out.append(end)
-        if stats[0]:
-            out.append(
-                {
-                    "record": "step_stats",
-                    "step": step,
-                    "num_drafts": stats[0],
-                    "num_draft_tokens": stats[1],
-                    "num_accepted_tokens": stats[2],
-                    "num_accepted_tokens_per_pos": pos,
-                }
-            )
-            for i in range(3):
-                totals[i] += stats[i]
-            for i in range(k):
-                totals_pos[i] += pos[i]
+        close_step(out, step, stats, pos, totals, totals_pos)
         for rid, event in ended:
             structured, _ = active.pop(rid)
             outcome = "discarded_finished" if event == "finish" else "discarded_aborted"
