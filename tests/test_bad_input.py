@@ -11,22 +11,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from log_lines import ADD, HEADER, dumps
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.replay import replay_file
 
-HEADER = {
-    "record": "header",
-    "schema_version": 1,
-    "engine": "vllm",
-    "engine_version": "0.32.0",
-    "num_speculative_tokens": 3,
-    "scheduling": "sync",
-    "spec_method": "ngram",
-    "structured_outputs_backend": None,
-    "adaptive_verification": False,
-    "drop_stale_output": False,
-}
-ADD = {"record": "request", "step": 1, "request": "a", "event": "add", "structured": False}
 STEP = {
     "record": "request_step",
     "step": 2,
@@ -43,8 +31,7 @@ STEP = {
 }
 
 
-def line(rec: dict[str, object]) -> str:
-    return json.dumps(rec, separators=(",", ":"))
+line = dumps
 
 
 def col(rec: dict[str, object], field: str) -> int:

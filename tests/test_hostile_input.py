@@ -15,31 +15,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from log_lines import ADD, HEADER, dumps
 from spectally.cli import main
 from spectally.exit_codes import ExitCode
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 LOG = FIXTURES / "ngram-k3-greedy.ndjson.gz"
 SERVED = FIXTURES / "serve-ngram-k3"
-
-HEADER: dict[str, Any] = {
-    "record": "header",
-    "schema_version": 1,
-    "engine": "vllm",
-    "engine_version": "0.32.0",
-    "num_speculative_tokens": 3,
-    "scheduling": "sync",
-    "spec_method": "ngram",
-    "structured_outputs_backend": None,
-    "adaptive_verification": False,
-    "drop_stale_output": False,
-}
-ADD = {"record": "request", "step": 1, "request": "a", "event": "add", "structured": False}
-
-
-def dumps(rec: dict[str, Any]) -> str:
-    return json.dumps(rec, separators=(",", ":"))
-
 
 def run(*args: str, stdin: bytes | None = None) -> Result:
     return CliRunner().invoke(main, list(args), input=stdin)
