@@ -23,6 +23,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 LOG = FIXTURES / "ngram-k3-greedy.ndjson.gz"
 SERVED = FIXTURES / "serve-ngram-k3"
 
+
 def run(*args: str, stdin: bytes | None = None) -> Result:
     return CliRunner().invoke(main, list(args), input=stdin)
 
