@@ -311,3 +311,11 @@ def test_a_path_that_ignores_the_flag_is_caught(
         m.setattr(reference_replay, "resolve", lambda header, forced: header)
         plain = replay_file(str(path), progress=False, force_profile=LEGACY_PROFILE, reference=True)
         assert plain.status == "bad_input"
+
+
+def test_the_docs_show_the_refusal_as_printed(tmp_path: Path) -> None:
+    """docs/replay.md, "Profiles", quotes the refusal; it must be what replay prints."""
+    path = versioned(tmp_path, SYNC, name="log.ndjson")
+    result = replay_file(str(path), progress=False)
+    shown = str(result.bad_input).replace(str(path), "log.ndjson")
+    assert shown in (ROOT / "docs" / "replay.md").read_text().splitlines()
