@@ -27,7 +27,9 @@ EXIT_HELP = (
     "Exit codes: 0 every log agrees with the reference; 1 a divergence (the first divergent"
     " line is printed as file:line:column with the record, expected and actual counters and"
     " the reference state of the request); 2 bad input or usage (a malformed, oversized or"
-    " misplaced record, an unreadable or corrupt file, printed as file:line:column: reason);"
+    " misplaced record, an unreadable or corrupt file, a header whose engine version has no"
+    " counting profile (the message names --force-profile), printed as file:line:column:"
+    " reason; an unknown --force-profile);"
     " 3 incomplete (the log ends before its totals record: what was present agreed); " + EXIT_COMMON
 )
 IMPORT_EXIT_HELP = (
@@ -35,6 +37,18 @@ IMPORT_EXIT_HELP = (
     " 2 bad input or usage (unreadable, malformed or oversized input, or nothing to check,"
     " printed as file:line:column: reason); " + EXIT_COMMON
 )
+
+
+def _profile_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--force-profile: a profile of the table, else a usage error (exit 2) naming them."""
+    if value is None:
+        return None
+    from .profiles import check_profile
+
+    try:
+        return check_profile(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command(epilog=EXIT_HELP)
@@ -61,6 +75,16 @@ IMPORT_EXIT_HELP = (
     is_flag=True,
     help="replay every record through the reference machine, one event at a time (the"
     " columnar checker is skipped; same verdicts, slower)",
+)
+@click.option(
+    "--force-profile",
+    "force_profile",
+    default=None,
+    metavar="PROFILE",
+    callback=_profile_option,
+    help="count every log under PROFILE (vllm-legacy: vLLM <= 0.33) whatever engine version"
+    " its header names, e.g. a newer release whose counting source you compared (docs/replay.md,"
+    " Profiles); without it such a log is refused (exit 2). Reports say the profile was FORCED.",
 )
 @click.option(
     "--check-invariants",
@@ -95,6 +119,7 @@ def replay(
     keep_going: int,
     plain: bool,
     check_invariants: bool,
+    force_profile: str | None,
     jobs: int | None,
     ray_address: str | None,
 ) -> None:
@@ -102,8 +127,9 @@ def replay(
 
     Every record is translated into reference events; after each one the engine's own
     numbers (scheduled, invalid, accepted, step_stats, totals) are asserted against the
-    reference's profile for that engine version (vllm-legacy for vLLM <= 0.32), while the
-    rfc counters are computed alongside. The report ends with totals under both profiles,
+    reference's profile for that engine version (vllm-legacy for vLLM <= 0.33; a newer
+    version is refused unless --force-profile names the profile to assume), while the rfc
+    counters are computed alongside. The report ends with totals under both profiles,
     derived metrics and the shift from legacy to rfc, explained. A columnar checker (the same
     rules over whole arrays) judges agreeing logs fast; anything else is replayed through the
     reference machine, which writes the report (--reference: always).
@@ -129,6 +155,7 @@ def replay(
         metrics=metrics,
         check_invariants=check_invariants,
         reference=plain,
+        force_profile=force_profile,
     )
 
     def show(outcome: FileOutcome) -> None:

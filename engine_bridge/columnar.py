@@ -46,6 +46,7 @@ from .colseq import (
     check_one_block_per_step,
     check_step_stats,
 )
+from .profiles import resolve
 from .records import BadInput, Record
 from .reference_replay import metrics_divergence
 from .report import ReplayResult, Tally, make_summary
@@ -110,9 +111,10 @@ class Columnar:
     """One log through the columnar checks; `run` returns the agreeing result or raises
     `Irregular`."""
 
-    def __init__(self, path: str, metrics: str | None) -> None:
+    def __init__(self, path: str, metrics: str | None, force_profile: str | None = None) -> None:
         self.path = path
         self.metrics = metrics
+        self.force_profile = force_profile
         self.header: Header | None = None
         self.totals_record: tuple[int, Record] | None = None
         self.tally = Tally()
@@ -156,7 +158,7 @@ class Columnar:
             if type(head) is not dict or head["record"] != "header":
                 raise Irregular("the first record is not the header")
             try:
-                header = Header.from_record(head)
+                header = resolve(Header.from_record(head), self.force_profile)
             except (KeyError, ValueError) as exc:
                 raise Irregular(f"header: {exc}") from None
             if header.profile is None:
@@ -320,7 +322,7 @@ class Columnar:
             except BadInput as exc:
                 raise Irregular(str(exc)) from None
             self.tally.checked += 1
-        summary = make_summary(self.path, header, self.tally, counters)
+        summary = make_summary(self.path, header, self.tally, counters, self.force_profile)
         return ReplayResult(self.path, "agree", [], None, summary, [], counters, checker="columnar")
 
 
@@ -331,12 +333,14 @@ def replay_columnar(
     metrics: str | None = None,
     lines: Sequence[tuple[int, bytes, bool]] | None = None,
     bar: Any = None,
+    force_profile: str | None = None,
 ) -> ReplayResult | None:
     """The agreeing result of a log the columnar checker vouches for; None: the reference
     replay must judge it. ``source`` is the file to read (default ``path``; stdin is spooled
-    to a file by the caller), ``path`` the name reports use."""
+    to a file by the caller), ``path`` the name reports use; ``force_profile`` as in
+    `replay_file`."""
     try:
-        return Columnar(path, metrics).run(source or path, lines, bar)
+        return Columnar(path, metrics, force_profile).run(source or path, lines, bar)
     except Irregular:
         return None
     except Exception:

@@ -55,6 +55,7 @@ class ReplayOptions:
     metrics: str | None = None
     check_invariants: bool = False
     reference: bool = False  # --reference: the plain reference replay, no columnar checker
+    force_profile: str | None = None  # --force-profile: count every log under this profile
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,13 @@ class EngineInfo:
     structured_outputs_backend: str | None
     adaptive_verification: bool
     drop_stale_output: bool
+    profile_forced: bool = False  # the profile came from --force-profile, not the header
 
     def label(self) -> str:
         index = "engine ?" if self.engine_index is None else f"engine {self.engine_index}"
+        forced = " FORCED" if self.profile_forced else ""
         return (
-            f"{index}: {self.engine}, {self.profile or 'no'} profile, {self.scheduling},"
+            f"{index}: {self.engine}, {self.profile or 'no'} profile{forced}, {self.scheduling},"
             f" k={self.k}, {self.spec_method}, SO {self.structured_outputs_backend or 'off'},"
             f" AV {'on' if self.adaptive_verification else 'off'},"
             f" drop_stale_output {str(self.drop_stale_output).lower()}"
@@ -111,9 +114,11 @@ def regular_file(path: str) -> bool:
         return True  # missing or unreadable: any worker reports it the same way
 
 
-def read_engine_info(path: str) -> EngineInfo | None:
+def read_engine_info(path: str, force_profile: str | None = None) -> EngineInfo | None:
     """The header of a regular file (read again: `ReplayResult` does not carry it); None when
-    the first line is not a valid header (the replay itself reports why)."""
+    the first line is not a valid header (the replay itself reports why). ``force_profile``:
+    the profile --force-profile gives every log."""
+    from .profiles import resolve
     from .records import BadInput, iter_lines, parse_line
     from .translate import Header
 
@@ -131,7 +136,7 @@ def read_engine_info(path: str) -> EngineInfo | None:
         rec = parse_line(path, *first)
         if rec.get("record") != "header":
             return None
-        h = Header.from_record(rec)
+        h = resolve(Header.from_record(rec), force_profile)
     except (BadInput, OSError, ValueError, KeyError, TypeError):
         return None
     return EngineInfo(
@@ -144,6 +149,7 @@ def read_engine_info(path: str) -> EngineInfo | None:
         structured_outputs_backend=h.structured_outputs_backend,
         adaptive_verification=h.adaptive_verification,
         drop_stale_output=h.drop_stale_output,
+        profile_forced=force_profile is not None,
     )
 
 
@@ -181,7 +187,7 @@ def replay_one(path: str, options: ReplayOptions, progress: bool | None = False)
     """Replay one file exactly as the sequential command does; the unit of work of every backend
     (in-process, local worker process, Ray task)."""
     try:
-        engine = read_engine_info(path)
+        engine = read_engine_info(path, options.force_profile)
         result = replay_file(
             path,
             max_divergences=options.max_divergences,
@@ -189,6 +195,7 @@ def replay_one(path: str, options: ReplayOptions, progress: bool | None = False)
             check_invariants=options.check_invariants,
             progress=progress,
             reference=options.reference,
+            force_profile=options.force_profile,
         )
         first: str | None = None
         if result.bad_input is not None:

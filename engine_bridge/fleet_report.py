@@ -21,6 +21,7 @@ from spectally.reference.counters import Counters, position_zero
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 
 from .fleet import EngineInfo, FileOutcome
+from .profiles import FORCE_FLAG
 from .report import SHIFT_TERMS, explain_shift
 
 STATUS_WORDS = {
@@ -182,6 +183,22 @@ def fleet_summary(outcomes: Sequence[FileOutcome], metrics: str | None = None) -
         "engines": engines,
         "shift": shift,
         "metrics": scrape,
+        "profile_forced": _forced(outcomes),
+    }
+
+
+def _forced(outcomes: Sequence[FileOutcome]) -> dict[str, Any] | None:
+    """The logs counted under a profile given with --force-profile (None: none was)."""
+    infos = [
+        (o.path, o.engine) for o in outcomes if o.engine is not None and o.engine.profile_forced
+    ]
+    if not infos:
+        return None
+    return {
+        "flag": FORCE_FLAG,
+        "profile": infos[0][1].profile,
+        "logs": [path for path, _ in infos],
+        "header_engines": sorted({info.engine for _, info in infos}),
     }
 
 
@@ -229,6 +246,13 @@ def _scrape_lines(scrape: dict[str, Any]) -> list[str]:
 def render_fleet(summary: dict[str, Any]) -> str:
     """The fleet report printed after the per-file reports (text form of `fleet_summary`)."""
     out = [f"fleet: {_logs(summary['logs'])}"]
+    forced = summary["profile_forced"]
+    if forced is not None:
+        out.append(
+            f"profile FORCED by {forced['flag']} {forced['profile']} for"
+            f" {_logs(len(forced['logs']))} (headers: {', '.join(forced['header_engines'])}):"
+            f" their verdicts hold only if those versions count like {forced['profile']}"
+        )
     width = max(len(f["path"]) for f in summary["files"])
     for f in summary["files"]:
         engine = "engine ?" if f["engine_index"] is None else f"engine {f['engine_index']}"

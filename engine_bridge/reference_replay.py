@@ -39,11 +39,11 @@ from spectally.reference.step import (
 )
 
 from .accounts import Claim, Held, StepAccount, StopReplay, event_text, metrics_divergence
+from .profiles import check_profile, no_profile_reason, resolve
 from .records import BadInput, Record, parse_line
 from .report import LEGACY_FIELDS, Divergence, Tally, column, fmt, rows, shift_terms
 from .translate import (
     DISCARDED_OUTCOMES,
-    LEGACY_MAX_VERSION,
     Header,
     Untranslatable,
     delivered_mismatch,
@@ -68,8 +68,10 @@ class Replayer:
         max_divergences: int = 1,
         check_invariants: bool = False,
         metrics: str | None = None,
+        force_profile: str | None = None,
     ) -> None:
         self.path = path
+        self.force_profile = None if force_profile is None else check_profile(force_profile)
         self.max_divergences = max(1, max_divergences)
         self.check = check_invariants
         self.metrics_path = metrics
@@ -160,16 +162,9 @@ class Replayer:
             raise BadInput(self.path, line, 1, "a second header record")
         if sum(self.tally.counts.values()) > 1:
             raise BadInput(self.path, line, 1, "the header must be the first record")
-        header = Header.from_record(rec)
+        header = resolve(Header.from_record(rec), self.force_profile)
         if header.profile is None:
-            newest = ".".join(str(v) for v in LEGACY_MAX_VERSION)
-            raise BadInput(
-                self.path,
-                line,
-                1,
-                f"no counting profile for {header.engine} {header.engine_version}: replay"
-                f" predicts the engine's counters for vllm <= {newest} (vllm-legacy) only",
-            )
+            raise BadInput(self.path, line, 1, no_profile_reason(header))
         self.header = header
         self.mode = header.mode
         self.k = header.k

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
+from .profiles import check_profile
 from .records import BadInput, iter_lines
 from .reference_replay import Replayer, StopReplay
 from .report import (
@@ -69,11 +70,16 @@ def replay_file(
     progress: bool | None = None,
     lines: Lines | None = None,
     reference: bool = False,
+    force_profile: str | None = None,
 ) -> ReplayResult:
     """Replay one log (``-`` = stdin). ``lines`` overrides reading ``path`` (tests,
     benchmarks). ``reference`` (or ``check_invariants``, which checks every event) runs the
     plain reference replay only; otherwise the columnar checker runs first and hands any log
-    it cannot vouch for to the reference replay, which then writes the report."""
+    it cannot vouch for to the reference replay, which then writes the report.
+    ``force_profile`` counts the log under that profile whatever its header's engine version
+    (``--force-profile``; the report says so); ValueError if it names no profile."""
+    if force_profile is not None:
+        check_profile(force_profile)
     if reference or check_invariants or not (lines is None or isinstance(lines, Sequence)):
         return replay_reference(
             path,
@@ -82,6 +88,7 @@ def replay_file(
             check_invariants=check_invariants,
             progress=progress,
             lines=lines,
+            force_profile=force_profile,
         )
     from .columnar import replay_columnar
 
@@ -95,7 +102,9 @@ def replay_file(
         bar = _progress_bar(path, progress)
         if bar is not None:
             stack.callback(bar.close)
-        result = replay_columnar(path, source=source, metrics=metrics, lines=lines, bar=bar)
+        result = replay_columnar(
+            path, source=source, metrics=metrics, lines=lines, bar=bar, force_profile=force_profile
+        )
         if result is not None:
             return result
         if bar is not None:
@@ -108,6 +117,7 @@ def replay_file(
             progress=False,
             lines=lines if lines is not None else _renamed(iter_lines(source), source, path),
             bar=bar,
+            force_profile=force_profile,
         )
 
 
@@ -130,10 +140,15 @@ def replay_reference(
     progress: bool | None = None,
     lines: Lines | None = None,
     bar: Any = None,
+    force_profile: str | None = None,
 ) -> ReplayResult:
     """The plain replay: every record through the reference machine, one event at a time."""
     replayer = Replayer(
-        path, max_divergences=max_divergences, check_invariants=check_invariants, metrics=metrics
+        path,
+        max_divergences=max_divergences,
+        check_invariants=check_invariants,
+        metrics=metrics,
+        force_profile=force_profile,
     )
     bad: BadInput | None = None
     source: Lines = iter_lines(path) if lines is None else lines
@@ -170,5 +185,5 @@ def replay_reference(
     totals = None
     if replayer.header is not None and replayer.engine is not None and bad is None:
         totals = replayer.engine.totals
-        summary = make_summary(path, replayer.header, replayer.tally, totals)
+        summary = make_summary(path, replayer.header, replayer.tally, totals, force_profile)
     return ReplayResult(path, status, replayer.divergences, bad, summary, replayer.notes, totals)

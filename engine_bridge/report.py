@@ -15,6 +15,7 @@ from spectally.reference.counters import Counters
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.step import LegacyStepCounts, Mode, StepInputs, pipeline
 
+from .profiles import forced_text, forced_view
 from .records import BadInput, Record
 from .translate import Header
 
@@ -249,7 +250,11 @@ class Tally:
     open_requests: int | None = None
 
 
-def make_summary(path: str, header: Header, tally: Tally, totals: Counters) -> dict[str, Any]:
+def make_summary(
+    path: str, header: Header, tally: Tally, totals: Counters, forced: str | None = None
+) -> dict[str, Any]:
+    """The report as data; ``forced``: the profile given with --force-profile (``header`` is
+    the header as the replay used it, with that profile)."""
     d = totals.to_dict()
     legacy = d["vllm-legacy"]
     rfc = d["rfc"]
@@ -259,6 +264,7 @@ def make_summary(path: str, header: Header, tally: Tally, totals: Counters) -> d
         "path": path,
         "engine": f"{header.engine} {header.engine_version}",
         "profile": header.profile,
+        "profile_forced": forced_view(header, forced),
         "scheduling": header.mode.value,
         "k": header.k,
         "records": sum(tally.counts.values()),
@@ -297,10 +303,13 @@ def render_summary(result: ReplayResult) -> str:
         "diverge": f"DIVERGE ({len(result.divergences)} shown)",
         "incomplete": "INCOMPLETE",
     }[result.status]
+    forced = s["profile_forced"]
     out.append(
-        f"{result.path}: {verdict} with the {s['profile']} profile ({s['engine']},"
-        f" {s['scheduling']}, k={s['k']})"
+        f"{result.path}: {verdict} with the {s['profile']} profile{' FORCED' if forced else ''}"
+        f" ({s['engine']}, {s['scheduling']}, k={s['k']})"
     )
+    if forced:
+        out.append(f"  {forced_text(forced)}")
     if result.status == "incomplete":
         out.append(
             "  the log ends before its totals record: everything present agreed, but the run"
