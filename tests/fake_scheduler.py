@@ -260,17 +260,25 @@ class FakeEngine:
         ]
         self.sched.update_draft_token_ids(SimpleNamespace(req_ids=req_ids, draft_token_ids=drafts))
 
-    def step(self) -> None:
+    def step(self, abort_in_flight: tuple[str, ...] = ()) -> None:
+        """One ``EngineCore.step``. ``abort_in_flight``: requests aborted after the forward
+        pass and before its output is processed, as vLLM 0.32's ``EngineCoreProc`` does
+        (``_process_aborts_queue()`` between ``future.result()`` and ``update_from_output``)."""
         self.steps += 1
         if not self.sched.spectally_async:
             so = self.sched.schedule()
-            self.sched.update_from_output(so, self._run(so))
+            out = self._run(so)
+            if abort_in_flight:
+                self.abort(*abort_in_flight)
+            self.sched.update_from_output(so, out)
             self._propose(so)
             return
         if self.sched.requests:
             so = self.sched.schedule()
             self.queue.append((so, self._run(so)))
         if len(self.queue) == 2 or (self.queue and not self.sched.requests):
+            if abort_in_flight:
+                self.abort(*abort_in_flight)
             self.sched.update_from_output(*self.queue.pop(0))
 
     def drain(self) -> None:

@@ -252,3 +252,30 @@ def test_live_sinks_see_every_block_without_waiting_for_the_order_buffer(
     assert sorted((r["step"], r["request"]) for r in seen_live) == sorted(key)
     assert len(set(key)) == len(key)
     _check(engine, records)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_abort_after_the_forward_pass_before_its_output_is_processed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The serving soak's sync divergence (issue 12): with the engine core in its own process,
+    vLLM 0.32 processes aborts between a step's forward pass and ``update_from_output``. The
+    step's block ran on the target (sampled > 0), the engine skips its output (the request is
+    finished) and the drafter's proposal for the next step is dropped. The recorder writes the
+    abort, the block ``discarded_aborted`` with ``sampled`` > 0 and (sync) the proposal
+    ``discarded_aborted``; the log replays with agreement (SPEC E3, E6)."""
+    engine = _engine(tmp_path, monkeypatch, mode)
+    engine.add("a", 200)
+    engine.add("b", 200)
+    for _ in range(3):
+        engine.step()
+    engine.step(abort_in_flight=("a",))
+    _run_until_idle(engine)
+    records = _finish(engine)
+    blocks = [r for r in records if r["record"] == "request_step" and r["request"] == "a"]
+    in_flight = [b for b in blocks if b["outcome"] == "discarded_aborted" and b["scheduled"] > 0]
+    assert in_flight and in_flight[0]["sampled"] > 0 and in_flight[0]["delivered"] == 0
+    if mode == "sync":  # the drafter's proposal made in that forward pass, never scheduled
+        after = [b for b in blocks if b["step"] == in_flight[0]["step"] + 1]
+        assert after and after[0]["outcome"] == "discarded_aborted" and after[0]["scheduled"] == 0
+    _check(engine, records)
