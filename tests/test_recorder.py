@@ -130,15 +130,22 @@ def test_the_reproduction_fails_without_the_order_buffer(
     assert "step went backwards" in str(result.bad_input)
 
 
-def _random_story(engine: FakeEngine, rng: random.Random, kv: bool, reset: bool) -> None:
+def _random_story(
+    engine: FakeEngine, rng: random.Random, kv: bool, reset: bool, in_flight: float = 0.1
+) -> None:
     """Random arrivals, aborts (what a client disconnect or a matched stop string becomes) and
-    preemptions between steps; requests also finish by length."""
+    preemptions between steps, and aborts after a forward pass before its output is processed
+    (share ``in_flight`` of the steps); requests also finish by length."""
     n = 0
     for _ in range(rng.randint(2, 4)):
         engine.add(f"r{n}", rng.randint(1, 30))
         n += 1
     for _ in range(rng.randint(5, 40)):
-        engine.step()
+        running = sorted(engine.sched.requests)
+        if running and rng.random() < in_flight:
+            engine.step(abort_in_flight=(rng.choice(running),))
+        else:
+            engine.step()
         live = sorted(engine.sched.requests)
         roll = rng.random()
         if roll < 0.2:
