@@ -177,8 +177,8 @@ class RequestTable:
             raise Irregular(f"a block of an ended request {rid!r}")
         # E3: a block opens only while the open ones are in the forward pass (verified); in
         # sync it reaches Verify only once they closed (translate: a block is in the forward
-        # pass when scheduled > 0, applied or discarded_stale).
-        verified = rec.scheduled > 0 or outcome == STALE or not discarded
+        # pass when scheduled > 0, sampled > 0, applied or discarded_stale).
+        verified = rec.scheduled > 0 or rec.sampled > 0 or outcome == STALE or not discarded
         if life.open and (
             not all(b.verified for b in life.open) or (self.mode is Mode.SYNC and verified)
         ):

@@ -138,7 +138,8 @@ def _random_story(
     (share ``in_flight`` of the steps); requests also finish by length."""
     n = 0
     for _ in range(rng.randint(2, 4)):
-        engine.add(f"r{n}", rng.randint(1, 30))
+        # some structured requests, whose grammar may cut every draft (scheduled 0, sampled 1)
+        engine.add(f"r{n}", rng.randint(1, 30), rng.choice((None, None, 0, 2)))
         n += 1
     for _ in range(rng.randint(5, 40)):
         running = sorted(engine.sched.requests)
@@ -285,4 +286,27 @@ def test_abort_after_the_forward_pass_before_its_output_is_processed(
     if mode == "sync":  # the drafter's proposal made in that forward pass, never scheduled
         after = [b for b in blocks if b["step"] == in_flight[0]["step"] + 1]
         assert after and after[0]["outcome"] == "discarded_aborted" and after[0]["scheduled"] == 0
+    _check(engine, records)
+
+
+def test_abort_after_a_forward_pass_without_drafts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the live sync serving soak showed next: a structured request whose grammar cut
+    every draft (scheduled 0) still runs in the forward pass (sampled 1); aborted before its
+    output is processed, its block is discarded_aborted with scheduled 0 and sampled 1, and
+    the proposal made in that pass follows. The block was in the forward pass (translate:
+    sampled > 0 means Verify), so the proposal may open (E3) and the log replays."""
+    engine = _engine(tmp_path, monkeypatch, "sync")
+    engine.add("s", 200, grammar_keep=0)
+    engine.add("p", 200)
+    for _ in range(3):
+        engine.step()
+    engine.step(abort_in_flight=("s",))
+    _run_until_idle(engine)
+    records = _finish(engine)
+    blocks = [r for r in records if r["record"] == "request_step" and r["request"] == "s"]
+    hit = [b for b in blocks if b["outcome"] == "discarded_aborted" and b["sampled"] > 0]
+    assert hit and hit[0]["scheduled"] == 0 and hit[0]["grammar_valid"] == 0
+    assert any(b["step"] == hit[0]["step"] + 1 for b in blocks)
     _check(engine, records)
