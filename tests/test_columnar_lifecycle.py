@@ -229,7 +229,7 @@ def test_aborts_between_the_forward_pass_and_its_output(
     for seed in range(8):
         engine = _engine(tmp_path, monkeypatch, mode, seed)
         engine.min_draft = 1
-        _random_story(engine, random.Random(seed), kv=False, reset=False, in_flight=0.3)
+        _random_story(engine, random.Random(seed), kv=False, reset=True, in_flight=0.3)
         _finish(engine)
         path = Path(engine.log)  # type: ignore[attr-defined]
         lines = path.read_bytes().splitlines(keepends=True)
