@@ -4,8 +4,10 @@ A story says, per request, which blocks' outputs reached the request: delivered;
 stale output after a preemption; dropped by a preemption; and when the request was preempted,
 finished or aborted. `StoryMachine` tells it to two real `Engine`s at once, each in its own
 mode's event pattern: sync runs each block to completion before anything else happens to the
-request; async pipelines (the next block is scheduled before the previous result arrives), so a
-preemption, finish or abort meets a block in the forward pass. Hypothesis picks the story;
+request, except an abort processed after the forward pass and before its output (vLLM
+EngineCoreProc, SPEC E3: the verified block and the next proposal are then open); async
+pipelines (the next block is scheduled before the previous result arrives), so a preemption,
+finish or abort meets a block in the forward pass. Hypothesis picks the story;
 after every rule every request with no result still in flight has equal spec steps, drafted and
 accepted in both engines, and verified differing by exactly the async grammar-invalid-verified
 drafts (DEC-2). The proof of the same claim, per story block, is `story:sync-async`.
