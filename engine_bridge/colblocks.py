@@ -99,7 +99,7 @@ def block_inputs(mode: Mode, c: BlockColumns) -> tuple[StepInputs[Any, Any], Boo
     offered = np.where(c.structured, kept, slots) if sync else slots
     scheduled_drafts = np.minimum(kept, s)
     closes = c.applied | c.stale  # blocks closed by an Accept (translate_block's plan.accept)
-    in_forward = (s > 0) | closes
+    in_forward = (s > 0) | (c.sampled > 0) | closes  # translate_block's in_forward
     refused = (
         (has_g & ~c.structured)  # translate: grammar_valid on an unstructured request
         | (s > offered)  # translate: scheduled above what was offered

@@ -175,13 +175,17 @@ class RequestTable:
             self._release(rid, life, done)
         if life.ended:
             raise Irregular(f"a block of an ended request {rid!r}")
-        # E3: sync runs one block at a time; async may open one while the open ones are in
-        # the forward pass.
-        if life.open and (self.mode is Mode.SYNC or not all(b.verified for b in life.open)):
+        # E3: a block opens only while the open ones are in the forward pass (verified); in
+        # sync it reaches Verify only once they closed (translate: a block is in the forward
+        # pass when scheduled > 0, sampled > 0, applied or discarded_stale).
+        verified = rec.scheduled > 0 or rec.sampled > 0 or outcome == STALE or not discarded
+        if life.open and (
+            not all(b.verified for b in life.open) or (self.mode is Mode.SYNC and verified)
+        ):
             raise Irregular("a block opened while the machine refuses it")
         if not discarded:
             return
-        block = OpenBlock(rec.step, outcome, rec.scheduled > 0 or outcome == STALE)
+        block = OpenBlock(rec.step, outcome, verified)
         life.open.append(block)
         if outcome == STALE:
             life.accepts.append(block)

@@ -15,7 +15,7 @@ it. Its events follow the mode's pipeline (reference/step.py):
   when only ``invalid`` is known).
 * ``AVSkip(scheduled drafts - verified)`` when the record knows ``verified`` and it is smaller.
 * ``Verify`` names the drafts in the forward pass. A block that never reached the forward pass
-  (a discarded proposal with ``scheduled == 0``) gets no ``Verify``.
+  (a discarded proposal with ``scheduled == 0`` and ``sampled == 0``) gets no ``Verify``.
 * ``Accept(accepted)`` only for ``outcome == "applied"`` and, after the ``Preempt`` that made it
   stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event. A
   stale block whose output vLLM delivered is an ordinary ``applied`` record (SPEC.md E6,
@@ -212,7 +212,10 @@ def translate_block(mode: Mode, structured: bool, rec: Record) -> BlockPlan:
         if v < scheduled_drafts:
             events.append(AVSkip(rid, step, scheduled_drafts - v))
         verified = v
-    in_forward = s > 0 or outcome in ("applied", "discarded_stale")
+    # The block was in the target forward pass when it had scheduled slots, sampled tokens
+    # (a sync structured block whose every draft the grammar cut still runs, with 0 drafts),
+    # or was closed by an Accept.
+    in_forward = s > 0 or rec["sampled"] > 0 or outcome in ("applied", "discarded_stale")
     if in_forward:
         events.append(Verify(rid, step, verified))
         if mode is Mode.ASYNC and structured:

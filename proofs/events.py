@@ -17,9 +17,11 @@ functions are evaluated here over Z3 terms, for a symbolic open block, count and
   discarded after it adds exactly the drafts that reached the target.
 - ``story:sync-async`` — a token-level story is a sequence of blocks, each with its stage inputs
   and what became of its output: delivered; delivered as stale output after a preemption;
-  dropped by a preemption; lost to a finish or an abort. Each story block is compiled to the
-  events the sync engine emits and to those the async engine emits (where the preemption,
-  finish or abort meets the block in flight), and run through the rules above: both event
+  dropped by a preemption; lost to a finish or an abort; lost to an abort processed after the
+  forward pass and before its output (sync too: vLLM EngineCoreProc, SPEC E3). Each story
+  block is compiled to the events the sync engine emits and to those the async engine emits
+  (where the preemption, finish or abort meets the block in flight), and run through the rules
+  above: both event
   sequences are legal, and the two closed blocks add equal drafted, accepted and spec_steps,
   their verified differing by exactly the async grammar-invalid-verified drafts (DEC-2; equal
   when the grammar cuts nothing). With ``theorem:sync-async``'s fold relation this holds for
@@ -292,6 +294,7 @@ STORY_KINDS: tuple[str, ...] = (
     "stale, dropped",
     "finished in flight",
     "aborted in flight",
+    "aborted after the forward pass",
 )
 
 
@@ -309,6 +312,11 @@ def compile_story_block(
             return run, run.accept(x.accepted, no, no)
         if kind == "finished in flight":
             return run, None  # the request stopped before the next block was proposed
+        if kind == "aborted after the forward pass":
+            # vLLM EngineCoreProc processes aborts between the forward pass and its output
+            # (E3): the verified block is discarded like an async block in flight.
+            run.to_target(x, verify=True)
+            return run, run.lifecycle(tr.ABORT, True, False)
         # Sync preemption (dropping) or abort: the proposal never reached the forward pass.
         run.to_target(x, verify=False)
         return run, run.lifecycle(
@@ -323,6 +331,8 @@ def compile_story_block(
         run.lifecycle(tr.PREEMPT, True, True, f"Preempt(drop_stale_output={drop})")
         run.deferred_grammar(x)
         return run, run.accept(x.accepted, yes, yes if drop else no)
+    # finished / aborted in flight, aborted after the forward pass: the async block is in
+    # flight either way
     return run, run.lifecycle(tr.FINISH if kind == "finished in flight" else tr.ABORT, True, False)
 
 

@@ -226,6 +226,21 @@ def _finish_applies_in_flight(orig: Any) -> Callable[..., Any]:
     return lifecycle_rule
 
 
+def _sync_abort_applies_in_flight(orig: Any) -> Callable[..., Any]:
+    """lifecycle_rule: a sync Abort applies a block whose forward pass ran but whose output the
+    engine never processed (counted as a spec step, as if its output had arrived)."""
+
+    def lifecycle_rule(
+        mode: Mode, kind: str, x: StepInputs[Any, Any], verified: Any, ar: Arith[Any, Any]
+    ) -> Any:
+        stays, closed = orig(mode, kind, x, verified, ar)
+        if kind != tr.ABORT or mode is not Mode.SYNC:
+            return stays, closed
+        return stays, replace(closed, applied=verified, legacy_reported=verified)
+
+    return lifecycle_rule
+
+
 def _stale_applied_when_dropped(orig: Any) -> Callable[..., Any]:
     """is_applied: stale output is applied even when the engine dropped it."""
 
@@ -350,6 +365,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "finish-applies-in-flight",
         "Finish/Abort apply a block already in the forward pass",
         ((tr, "lifecycle_rule", _finish_applies_in_flight),),
+        first="story",
+    ),
+    Mutant(
+        "sync-abort-applies-in-flight",
+        "a sync Abort applies a block whose forward pass ran but whose output was not processed",
+        ((tr, "lifecycle_rule", _sync_abort_applies_in_flight),),
         first="story",
     ),
     Mutant(

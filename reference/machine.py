@@ -7,8 +7,11 @@ E1  Steps. ``StepBegin(s)`` starts engine step s; steps strictly increase. An ev
 E2  Requests. ``AddRequest`` introduces a request id once. Any other event for an unknown id,
     or for a request that finished or was aborted, is illegal.
 E3  Blocks. A request has at most one draft block per step. ``Propose`` (or ``Pad``) opens it,
-    only in the current step; opening a second block for the same step is illegal. In sync mode
-    the previous block must be closed first; in async it must at least be in the forward pass.
+    only in the current step; opening a second block for the same step is illegal. The previous
+    block must at least be in the forward pass (verified). In sync mode a block reaches
+    ``Verify`` only once every earlier block closed: the next proposal may open while the
+    previous block's output is unprocessed (an abort between the forward pass and the output,
+    vLLM ``EngineCoreProc``), but it cannot run before that output is processed.
 E4  Stage order. A block's events follow its mode's pipeline, each stage at most once:
         sync : Propose, Pad, GrammarReject, Truncate, AVSkip, Verify, Accept
         async: Propose, Pad, Truncate, AVSkip, Verify, GrammarReject, Accept
@@ -413,10 +416,10 @@ class Engine:
                 raise illegal("a block can only be opened in the current step")
             if state.last_block_step == step:
                 raise illegal(f"a request has at most one draft block per step (step {step})")
-            # Sync runs one block at a time; async may schedule the next block while the
-            # previous one is in the forward pass (verified, result not yet back).
-            if mode is Mode.SYNC and state.blocks:
-                raise illegal("sync mode: the previous block is still open")
+            # The next block opens only once the previous one is in the forward pass
+            # (verified, result not yet processed): async schedules it then; sync's drafter
+            # proposes from that forward pass, and an abort processed before its output (vLLM
+            # EngineCoreProc) leaves both open until the Abort discards them.
             if any(Stage.VERIFY not in b.stages for b in state.blocks):
                 raise illegal("the previous block has not reached the target yet")
             block = Block(step, (), fresh_block(state.structured, INT_ARITH))
@@ -430,8 +433,11 @@ class Engine:
         needed = STAGE_REQUIRES[mode].get(stage)
         if needed is not None and needed not in block.stages:
             raise illegal(f"{stage.name} requires {needed.name} first")
-
         others = tuple(b for b in state.blocks if b.step != step)
+        if stage is Stage.VERIFY and mode is Mode.SYNC and others:
+            # Sync runs one forward pass at a time: the next block reaches the target only
+            # after the engine processed the previous block's output.
+            raise illegal("sync mode: the previous block's output is not processed yet")
         if not isinstance(event, Accept):  # Accept is checked below (accept_rule)
             rule = RULE_STAGE[stage]
             conditions, after, named = stage_rule(mode, rule, block.so_far, count, k, INT_ARITH)

@@ -34,6 +34,7 @@ class FakeRequest:
     num_in_flight_tokens: int = 0
     num_stale_output_tokens: int = 0
     drop_stale_output: bool = False
+    grammar_keep: int = 0  # structured: the grammar-valid prefix of every proposal (sync)
 
     def is_finished(self) -> bool:
         return self.status.startswith("FINISHED")
@@ -191,7 +192,10 @@ class FakeScheduler:
             request = self.requests.get(rid)
             if request is None or request.is_finished():
                 continue
-            request.spec_token_ids = list(drafts)
+            drafts = list(drafts)
+            if request.use_structured_output:  # validate_tokens: the grammar-valid prefix
+                drafts = drafts[: request.grammar_keep]
+            request.spec_token_ids = drafts
 
     def shutdown(self) -> None:
         pass
@@ -222,8 +226,13 @@ class FakeEngine:
         self.steps = 0
         self.min_draft = 0  # 1: the drafter never misses (every request gets a proposal)
 
-    def add(self, rid: str, max_tokens: int) -> None:
-        self.sched.add_request(FakeRequest(rid, max_tokens))
+    def add(self, rid: str, max_tokens: int, grammar_keep: int | None = None) -> None:
+        """``grammar_keep``: a structured request whose grammar keeps that many drafts."""
+        request = FakeRequest(rid, max_tokens)
+        if grammar_keep is not None:
+            request.use_structured_output = True
+            request.grammar_keep = grammar_keep
+        self.sched.add_request(request)
 
     def abort(self, *rids: str) -> None:
         self.sched.finish_requests(list(rids), "FINISHED_ABORTED")
@@ -260,17 +269,25 @@ class FakeEngine:
         ]
         self.sched.update_draft_token_ids(SimpleNamespace(req_ids=req_ids, draft_token_ids=drafts))
 
-    def step(self) -> None:
+    def step(self, abort_in_flight: tuple[str, ...] = ()) -> None:
+        """One ``EngineCore.step``. ``abort_in_flight``: requests aborted after the forward
+        pass and before its output is processed, as vLLM 0.32's ``EngineCoreProc`` does
+        (``_process_aborts_queue()`` between ``future.result()`` and ``update_from_output``)."""
         self.steps += 1
         if not self.sched.spectally_async:
             so = self.sched.schedule()
-            self.sched.update_from_output(so, self._run(so))
+            out = self._run(so)
+            if abort_in_flight:
+                self.abort(*abort_in_flight)
+            self.sched.update_from_output(so, out)
             self._propose(so)
             return
         if self.sched.requests:
             so = self.sched.schedule()
             self.queue.append((so, self._run(so)))
         if len(self.queue) == 2 or (self.queue and not self.sched.requests):
+            if abort_in_flight:
+                self.abort(*abort_in_flight)
             self.sched.update_from_output(*self.queue.pop(0))
 
     def drain(self) -> None:

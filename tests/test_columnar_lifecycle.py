@@ -202,3 +202,97 @@ def test_lifecycle_state_across_chunks(
     for i in _lifecycle_at(lines)[::3]:
         for how in ("late", "move", "outcome"):
             same(_write(tmp_path, _change(how, lines, i, rng)))
+
+
+def _in_flight_aborted(lines: list[bytes]) -> int:
+    """Blocks discarded by an abort after their forward pass (scheduled > 0)."""
+    n = 0
+    for raw in lines:
+        rec = json.loads(raw)
+        if rec.get("outcome") == "discarded_aborted" and rec["scheduled"] > 0:
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_aborts_between_the_forward_pass_and_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Logs of the recorder (stand-in scheduler, tests/fake_scheduler.py) with aborts processed
+    between a step's forward pass and its output, as vLLM's EngineCoreProc does (SPEC E3, E6):
+    the columnar path vouches for them with the reference's result, and each lifecycle change
+    of such a log gets the reference's verdict either way."""
+    from test_recorder import _engine, _finish, _random_story
+
+    in_flight = 0
+    rng = random.Random(3)
+    for seed in range(8):
+        engine = _engine(tmp_path, monkeypatch, mode, seed)
+        engine.min_draft = 1
+        _random_story(engine, random.Random(seed), kv=False, reset=True, in_flight=0.3)
+        _finish(engine)
+        path = Path(engine.log)  # type: ignore[attr-defined]
+        lines = path.read_bytes().splitlines(keepends=True)
+        in_flight += _in_flight_aborted(lines)
+        fast, _ = same(path)
+        assert (fast.status, fast.checker) == ("agree", "columnar")
+        for i in _lifecycle_at(lines)[:: 1 + len(lines) // 40]:
+            for how in ("move", "late", "outcome"):
+                same(_write(tmp_path, _change(how, lines, i, rng)))
+    assert in_flight > 0
+
+
+def test_sync_block_verified_before_the_previous_output_is_refused(tmp_path: Path) -> None:
+    """E3, sync: the proposal made in an unprocessed forward pass may open, never run. A log
+    whose next block reached the target (scheduled > 0) before the aborted one closed is
+    refused by the reference and left to it by the columnar path."""
+    header = {
+        "record": "header",
+        "schema_version": 1,
+        "engine": "vllm",
+        "engine_version": "0.32.0",
+        "num_speculative_tokens": 2,
+        "scheduling": "sync",
+        "spec_method": "ngram",
+        "structured_outputs_backend": None,
+        "adaptive_verification": False,
+        "drop_stale_output": False,
+        "engine_index": 0,
+        "config": {},
+    }
+
+    def block(step: int, scheduled: int) -> dict[str, Any]:
+        return {
+            "record": "request_step",
+            "step": step,
+            "request": "a",
+            "proposed": 2,
+            "padding": 0,
+            "grammar_valid": None,
+            "scheduled": scheduled,
+            "invalid": None,
+            "verified": None,
+            "sampled": 3 if scheduled else 0,
+            "accepted": 2 if scheduled else 0,
+            "outcome": "discarded_aborted",
+            "delivered": 0,
+        }
+
+    add = {"record": "request", "step": 1, "request": "a", "event": "add", "structured": False}
+    abort = {"record": "request", "step": 1, "request": "a", "event": "abort"}
+    totals = {
+        "record": "totals",
+        "source": "get_metrics",
+        "num_drafts": 0,
+        "num_draft_tokens": 0,
+        "num_accepted_tokens": 0,
+        "num_accepted_tokens_per_pos": [0, 0],
+    }
+    for scheduled, status in ((0, "agree"), (2, "diverge")):
+        recs = [header, add, abort, block(1, 2), block(2, scheduled), totals]
+        fast, plain = same(_write(tmp_path, [_dump(r) for r in recs]))
+        assert fast.status == status
+        if status == "diverge":
+            assert "output is not processed yet" in plain.divergences[0].reason
+        else:
+            assert fast.checker == "columnar"

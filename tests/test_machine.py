@@ -757,11 +757,44 @@ def test_verify_count_mismatch(mode: Mode) -> None:
     assert_illegal(e, Verify("a", 0, 1), "verify names 1 drafts but 2 reached the target")
 
 
-def test_opening_a_sync_block_while_one_is_open() -> None:
+def test_sync_next_block_needs_the_previous_in_the_forward_pass() -> None:
     e = engine_at(SYNC)
-    e.run([Propose("a", 0, 2), Verify("a", 0, 2), StepBegin(1)])
-    assert_illegal(e, Propose("a", 1, 1), "sync mode: the previous block is still open")
-    assert_illegal(e, Pad("a", 1, 1), "sync mode: the previous block is still open")
+    e.run([Propose("a", 0, 2), StepBegin(1)])
+    assert_illegal(e, Propose("a", 1, 1), "the previous block has not reached the target yet")
+    assert_illegal(e, Pad("a", 1, 1), "the previous block has not reached the target yet")
+
+
+def test_sync_next_block_reaches_the_target_after_the_previous_output() -> None:
+    """E3: the drafter's proposal from a forward pass may open while that pass's output is
+    unprocessed, but sync runs one forward pass at a time: it is verified only after the
+    previous block closed."""
+    e = engine_at(SYNC, structured=False)
+    e.run([Propose("a", 0, 2), Verify("a", 0, 2), StepBegin(1), Propose("a", 1, 1)])
+    assert [b.step for b in e.requests["a"].blocks] == [0, 1]
+    assert_illegal(e, Verify("a", 1, 1), "the previous block's output is not processed yet")
+    e.run([Accept("a", 0, 1), Verify("a", 1, 1), Accept("a", 1, 0)])
+    r = e.totals.rfc
+    assert (r.spec_steps, r.drafted, r.verified, r.accepted) == (2, 3, 3, 1)
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_abort_after_the_forward_pass_before_the_output_is_processed(mode: Mode) -> None:
+    """The serving soak's case (vLLM EngineCoreProc processes aborts between a step's forward
+    pass and update_from_output): the verified block and the proposal made from it are
+    discarded by the Abort, in both modes alike (R6): nothing drafted, verified, accepted or
+    stepped; discarded diagnostics 2 steps, 3 drafted, 2 verified."""
+    e = engine_at(mode, structured=False)
+    e.run([Propose("a", 0, 2), Verify("a", 0, 2), StepBegin(1), Propose("a", 1, 1)])
+    closed = e.apply(Abort("a", 1))
+    assert [(c.step, c.outcome) for c in closed] == [
+        (0, Outcome.DISCARDED_ABORTED),
+        (1, Outcome.DISCARDED_ABORTED),
+    ]
+    r, lg = e.totals.rfc, e.totals.legacy
+    assert (r.spec_steps, r.drafted, r.verified, r.accepted) == (0, 0, 0, 0)
+    assert (r.discarded_steps, r.discarded_drafted, r.discarded_verified) == (2, 3, 2)
+    assert (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens) == (0, 0, 0)
+    assert_illegal(e, Propose("a", 1, 1), "request already aborted")
 
 
 def test_async_next_block_needs_the_previous_in_the_forward_pass() -> None:

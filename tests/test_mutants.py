@@ -60,7 +60,12 @@ def test_patch_is_undone_when_the_body_raises() -> None:
     assert st.rfc_step is original and mc.rfc_step is original
 
 
-STORY_MUTANTS = ("finish-applies-in-flight", "stale-applied-when-dropped", "stale-always-discarded")
+STORY_MUTANTS = (
+    "finish-applies-in-flight",
+    "sync-abort-applies-in-flight",
+    "stale-applied-when-dropped",
+    "stale-always-discarded",
+)
 
 
 @pytest.mark.parametrize("name", STORY_MUTANTS)

@@ -130,15 +130,23 @@ def test_the_reproduction_fails_without_the_order_buffer(
     assert "step went backwards" in str(result.bad_input)
 
 
-def _random_story(engine: FakeEngine, rng: random.Random, kv: bool, reset: bool) -> None:
+def _random_story(
+    engine: FakeEngine, rng: random.Random, kv: bool, reset: bool, in_flight: float = 0.1
+) -> None:
     """Random arrivals, aborts (what a client disconnect or a matched stop string becomes) and
-    preemptions between steps; requests also finish by length."""
+    preemptions between steps, and aborts after a forward pass before its output is processed
+    (share ``in_flight`` of the steps); requests also finish by length."""
     n = 0
     for _ in range(rng.randint(2, 4)):
-        engine.add(f"r{n}", rng.randint(1, 30))
+        # some structured requests, whose grammar may cut every draft (scheduled 0, sampled 1)
+        engine.add(f"r{n}", rng.randint(1, 30), rng.choice((None, None, 0, 2)))
         n += 1
     for _ in range(rng.randint(5, 40)):
-        engine.step()
+        running = sorted(engine.sched.requests)
+        if running and rng.random() < in_flight:
+            engine.step(abort_in_flight=(rng.choice(running),))
+        else:
+            engine.step()
         live = sorted(engine.sched.requests)
         roll = rng.random()
         if roll < 0.2:
@@ -149,11 +157,8 @@ def _random_story(engine: FakeEngine, rng: random.Random, kv: bool, reset: bool)
         if live and kv and rng.random() < 0.15:
             engine.preempt(rng.choice(live))  # drop_stale_output as the header says
         if live and reset and rng.random() < 0.1:
-            # Not together with an abort of the same request in the same gap (sync): replay
-            # reads the proposal the preemption dropped as dropped by the abort (docs/vllm-runs.md).
-            victim = rng.choice(live)
-            engine.reset_preempt(victim)
-            live.remove(victim)
+            # May be aborted in the same gap below (issue 12 open item 3).
+            engine.reset_preempt(rng.choice(live))
         if roll > 0.9:  # several things in one gap, an arrival aborted at once among them
             engine.add(f"r{n}", rng.randint(1, 30))
             live.append(f"r{n}")
@@ -251,4 +256,78 @@ def test_live_sinks_see_every_block_without_waiting_for_the_order_buffer(
     key = [(r["step"], r["request"]) for r in logged]
     assert sorted((r["step"], r["request"]) for r in seen_live) == sorted(key)
     assert len(set(key)) == len(key)
+    _check(engine, records)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_abort_after_the_forward_pass_before_its_output_is_processed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The serving soak's sync divergence (issue 12): with the engine core in its own process,
+    vLLM 0.32 processes aborts between a step's forward pass and ``update_from_output``. The
+    step's block ran on the target (sampled > 0), the engine skips its output (the request is
+    finished) and the drafter's proposal for the next step is dropped. The recorder writes the
+    abort, the block ``discarded_aborted`` with ``sampled`` > 0 and (sync) the proposal
+    ``discarded_aborted``; the log replays with agreement (SPEC E3, E6)."""
+    engine = _engine(tmp_path, monkeypatch, mode)
+    engine.add("a", 200)
+    engine.add("b", 200)
+    for _ in range(3):
+        engine.step()
+    engine.step(abort_in_flight=("a",))
+    _run_until_idle(engine)
+    records = _finish(engine)
+    blocks = [r for r in records if r["record"] == "request_step" and r["request"] == "a"]
+    in_flight = [b for b in blocks if b["outcome"] == "discarded_aborted" and b["scheduled"] > 0]
+    assert in_flight and in_flight[0]["sampled"] > 0 and in_flight[0]["delivered"] == 0
+    if mode == "sync":  # the drafter's proposal made in that forward pass, never scheduled
+        after = [b for b in blocks if b["step"] == in_flight[0]["step"] + 1]
+        assert after and after[0]["outcome"] == "discarded_aborted" and after[0]["scheduled"] == 0
+    _check(engine, records)
+
+
+def test_abort_after_a_forward_pass_without_drafts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the live sync serving soak showed next: a structured request whose grammar cut
+    every draft (scheduled 0) still runs in the forward pass (sampled 1); aborted before its
+    output is processed, its block is discarded_aborted with scheduled 0 and sampled 1, and
+    the proposal made in that pass follows. The block was in the forward pass (translate:
+    sampled > 0 means Verify), so the proposal may open (E3) and the log replays."""
+    engine = _engine(tmp_path, monkeypatch, "sync")
+    engine.add("s", 200, grammar_keep=0)
+    engine.add("p", 200)
+    for _ in range(3):
+        engine.step()
+    engine.step(abort_in_flight=("s",))
+    _run_until_idle(engine)
+    records = _finish(engine)
+    blocks = [r for r in records if r["record"] == "request_step" and r["request"] == "s"]
+    hit = [b for b in blocks if b["outcome"] == "discarded_aborted" and b["sampled"] > 0]
+    assert hit and hit[0]["scheduled"] == 0 and hit[0]["grammar_valid"] == 0
+    assert any(b["step"] == hit[0]["step"] + 1 for b in blocks)
+    _check(engine, records)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_reset_prefix_cache_preemption_then_abort_in_the_same_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Issue 12 open item 3: a request preempted between two steps (reset_prefix_cache, drop
+    mode) and aborted in the same gap. Sync: the preemption drops the proposal meant for the
+    next step (a discarded_preempted block of that step); the abort is stamped with that step
+    too, so the preempt closes the block before the abort is read."""
+    engine = _engine(tmp_path, monkeypatch, mode)
+    engine.add("a", 200)
+    engine.add("b", 200)
+    for _ in range(3):
+        engine.step()
+    engine.reset_preempt("a")
+    engine.abort("a")
+    _run_until_idle(engine)
+    records = _finish(engine)
+    mine = [r for r in records if r.get("request") == "a"]
+    assert [r.get("event") for r in mine if r["record"] == "request"][-2:] == ["preempt", "abort"]
+    if mode == "sync":
+        assert any(r.get("outcome") == "discarded_preempted" for r in mine)
     _check(engine, records)

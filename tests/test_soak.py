@@ -4,8 +4,8 @@ environment with the recorder and the backport, under a bounded load generator o
 random max_tokens). The log must replay with 100 % agreement, contain every request sent (and its
 end), and the final /metrics must equal the log's step_stats and the reference's rfc totals.
 
-    .venv/bin/python -m pytest -m soak        # 60 requests, 6 clients, async (minutes)
-    .venv/bin/python -m pytest -m engine      # includes the short version (16 requests)
+    .venv/bin/python -m pytest -m soak        # 60 requests, 6 clients, async and sync (minutes)
+    .venv/bin/python -m pytest -m engine      # includes the short version (16 requests, both)
 
 Needs the environment (`python3 engine_bridge/vllm/env.py`, its own step in .ci/run).
 """
@@ -50,19 +50,23 @@ def _check(summary: dict[str, object], requests: int) -> None:
 
 
 @pytest.mark.engine
-def test_short_serving_soak(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_short_serving_soak(tmp_path: Path, mode: str) -> None:
+    """Sync too: with the engine core in its own process vLLM processes aborts between a step's
+    forward pass and its update_from_output (EngineCoreProc), so a sync block can be in flight
+    at an abort (SPEC E3, E6; docs/vllm-runs.md, "Serving soak")."""
+    flags = ("--async",) if mode == "async" else ()
     summary = _soak(tmp_path, "--requests", "16", "--clients", "4", "--seconds", "120",
-                    "--seed", "1", "--async", timeout=600)  # fmt: skip
+                    "--seed", "1", *flags, timeout=600)  # fmt: skip
     _check(summary, 16)
 
 
 @pytest.mark.soak
-def test_serving_soak(tmp_path: Path) -> None:
-    """Async scheduling (the real AsyncScheduler). Sync serving is not in this tier: with the
-    engine core in its own process vLLM processes aborts between a step's forward pass and its
-    update_from_output (EngineCoreProc, core.py `_process_aborts_queue`), so a sync block can be
-    in flight at an abort, which the replay's sync model does not accept yet (docs/vllm-runs.md,
-    "Serving soak")."""
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_serving_soak(tmp_path: Path, mode: str) -> None:
+    """The real AsyncScheduler, and the sync Scheduler with aborts landing between a forward
+    pass and its output."""
+    flags = ("--async",) if mode == "async" else ()
     summary = _soak(tmp_path, "--requests", "60", "--clients", "6", "--seconds", "300",
-                    "--async", timeout=900)  # fmt: skip
+                    *flags, timeout=900)  # fmt: skip
     _check(summary, 60)

@@ -4,8 +4,10 @@ A story says, per request, which blocks' outputs reached the request: delivered;
 stale output after a preemption; dropped by a preemption; and when the request was preempted,
 finished or aborted. `StoryMachine` tells it to two real `Engine`s at once, each in its own
 mode's event pattern: sync runs each block to completion before anything else happens to the
-request; async pipelines (the next block is scheduled before the previous result arrives), so a
-preemption, finish or abort meets a block in the forward pass. Hypothesis picks the story;
+request, except an abort processed after the forward pass and before its output (vLLM
+EngineCoreProc, SPEC E3: the verified block and the next proposal are then open); async
+pipelines (the next block is scheduled before the previous result arrives), so a preemption,
+finish or abort meets a block in the forward pass. Hypothesis picks the story;
 after every rule every request with no result still in flight has equal spec steps, drafted and
 accepted in both engines, and verified differing by exactly the async grammar-invalid-verified
 drafts (DEC-2). The proof of the same claim, per story block, is `story:sync-async`.
@@ -26,6 +28,7 @@ from spectally.reference.events import (
     Event,
     Finish,
     Preempt,
+    Propose,
     StepBegin,
     Verify,
 )
@@ -138,16 +141,24 @@ class StoryMachine(RuleBasedStateMachine):
     def end(self, data: st.DataObject, kind: str) -> None:
         """The request finishes, is aborted or preempted. Async may have scheduled its next
         block already: it is in the forward pass (finish, abort: discarded; preempt: its stale
-        output comes back); sync has at most a proposal not yet run (abort, preempt)."""
+        output comes back); sync has at most a proposal not yet run (abort, preempt), or, for an
+        abort processed after the forward pass and before its output (vLLM EngineCoreProc,
+        SPEC E3), the block verified and the drafter's proposal for the next step."""
         req = self.pick(data)
         step = self.begin()
         in_flight = data.draw(st.booleans())
+        after_forward = kind == "abort" and in_flight and data.draw(st.booleans())
         plan = data.draw(stage_plans(self.k, req.structured))
         if in_flight and kind != "preempt":
             head, _ = phases(ASYNC, plan, req.rid, step)
             self.emit(ASYNC, head, req)
         self.land(req)
-        if kind == "abort" and in_flight:
+        if after_forward:
+            head, _ = phases(SYNC, plan, req.rid, step)
+            self.emit(SYNC, head, req)  # the forward pass ran; its output is never processed
+            nxt = self.begin()  # the abort is read after the proposal made in that pass
+            self.emit(SYNC, [Propose(req.rid, nxt, data.draw(st.integers(0, self.k)))], req)
+        elif kind == "abort" and in_flight:
             head, _ = phases(SYNC, plan, req.rid, step)
             self.emit(SYNC, head[:-1], req)  # proposed, never run
         event = {"finish": Finish, "abort": Abort, "preempt": Preempt}[kind](req.rid, step)
@@ -240,6 +251,9 @@ def _scripted(kind: str) -> dict[Mode, Counters]:
         elif kind == "dropped":
             sync_events = [*head[:-1], StepBegin(1), Preempt("a", 1, True)]
             async_events = [*head, StepBegin(1), Preempt("a", 1, True), *rest]
+        elif kind == "aborted":  # after the forward pass, before its output (both modes)
+            sync_events = [*head, StepBegin(1), Propose("a", 1, 2), Abort("a", 0)]
+            async_events = [*head, StepBegin(1), Abort("a", 0)]
         else:  # finished with the next block in flight (async)
             nxt, _ = phases(ASYNC, PLAN, "a", 1)
             sync_events = [*head, *rest, StepBegin(1), Finish("a", 1)]
@@ -255,6 +269,7 @@ def _scripted(kind: str) -> dict[Mode, Counters]:
         ("stale", "stale-always-discarded"),
         ("dropped", "stale-applied-when-dropped"),
         ("finished", "finish-applies-in-flight"),
+        ("aborted", "sync-abort-applies-in-flight"),
     ],
 )
 def test_the_comparison_fails_under_an_event_mutant(kind: str, mutant: str) -> None:

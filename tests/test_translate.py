@@ -98,10 +98,20 @@ def test_async_grammar_valid_from_invalid_when_missing() -> None:
 
 
 def test_discarded_unscheduled_block_never_verifies() -> None:
-    plan = translate_block(Mode.SYNC, False, rec(scheduled=0, outcome="discarded_aborted"))
+    unscheduled = rec(scheduled=0, sampled=0, accepted=0, outcome="discarded_aborted")
+    plan = translate_block(Mode.SYNC, False, unscheduled)
     assert plan.events == (Propose("r", 5, 4), Truncate("r", 5, 4))
     assert plan.accept is None
     assert not plan.in_forward_pass
+
+
+def test_discarded_block_that_ran_without_drafts_verifies_none() -> None:
+    """Sync, structured: the grammar cut every draft, the request still ran (sampled 1) and was
+    aborted before its output was processed: the block was in the forward pass (E3)."""
+    ran = rec(grammar_valid=0, scheduled=0, sampled=1, accepted=0, outcome="discarded_aborted")
+    plan = translate_block(Mode.SYNC, True, ran)
+    assert plan.events == (Propose("r", 5, 4), GrammarReject("r", 5, 4), Verify("r", 5, 0))
+    assert plan.in_forward_pass and plan.accept is None
 
 
 def test_in_flight_discarded_block_verifies_without_accept() -> None:

@@ -64,6 +64,9 @@ class _RecorderState:
         self.aborted: set[str] = set()
         self.preempted_at: dict[str, int] = {}  # last preempt record's step, while it matters
         self.added_at: dict[str, int] = {}  # add record's step, until the request ends
+        # Sync: the step of the proposal a preemption between two steps dropped (the next one),
+        # so that an end in the same gap comes after that discarded_preempted block.
+        self.gap_dropped_at: dict[str, int] = {}
         self.step_delta: list[int] | None = None  # [drafts, draft_tokens, accepted, *per_pos]
         self.buffer = StepOrderBuffer(self._write)
         self._late_reported = 0
@@ -314,8 +317,10 @@ class RecorderMixin:
             if rid in sx.done:
                 continue
             sx.done.add(rid)
-            # A request added in this same gap has its add stamped with the next step.
-            at = max(sx.step, sx.added_at.pop(rid, 0))
+            # A request added in this same gap has its add stamped with the next step; so is
+            # the proposal a preemption in this gap dropped (reset_prefix_cache), which the
+            # preempt, not this end, closes.
+            at = max(sx.step, sx.added_at.pop(rid, 0), sx.gap_dropped_at.pop(rid, 0))
             if status_name(finished_status) == ABORTED:
                 sx.aborted.add(rid)
                 sx.request_event(at, rid, "abort", None)
@@ -344,6 +349,8 @@ class RecorderMixin:
         # meant for the step being scheduled, or (a preemption between two steps, e.g.
         # reset_prefix_cache) for the next one.
         target = sx.step if sx.in_schedule else sx.step + 1
+        if not sx.in_schedule and request.request_id in sx.pending:
+            sx.gap_dropped_at[request.request_id] = target
         sx.drop_pending(request.request_id, "discarded_preempted", target)
 
     # drafts -------------------------------------------------------------------------------
@@ -554,6 +561,7 @@ class RecorderMixin:
             # finish the request; the finish comes after that preempt record.
             at = max(step, sx.preempted_at.pop(req_id, step))
             sx.added_at.pop(req_id, None)
+            sx.gap_dropped_at.pop(req_id, None)
             if status_name(request.status) == ABORTED:
                 sx.aborted.add(req_id)
                 sx.request_event(at, req_id, "abort", None)

@@ -263,9 +263,16 @@ def verify(
         key = value.split()[0]
         outcomes[key] = outcomes.get(key, 0) + 1
     events: dict[str, int] = {}
+    blocks = {"total": 0, "aborted_after_forward_pass": 0}
     for r in records:
         if r["record"] == "request":
             events[r["event"]] = events.get(r["event"], 0) + 1
+        elif r["record"] == "request_step":
+            blocks["total"] += 1
+            # The forward pass ran (sampled > 0) but vLLM processed the abort before its
+            # output (EngineCoreProc: _process_aborts_queue before update_from_output).
+            if r["outcome"] == "discarded_aborted" and r["sampled"] > 0:
+                blocks["aborted_after_forward_pass"] += 1
     ok = (
         result.status == "agree"
         and not missing
@@ -288,6 +295,7 @@ def verify(
         "missing_from_log": missing,
         "added_but_not_ended": unended,
         "events": events,
+        "blocks": blocks,
         "metrics_equal_step_stats": metrics_match,
         "engine_totals": {key: totals[key] for key in legacy_sum},
         "backport": backport,
