@@ -322,7 +322,7 @@ def _scan_group(buf: _Buffer, starts: Ints, stops: Ints) -> tuple[Bools, Ints, I
     at = reader.integer(starts + len(_PREFIX), _word_at(rows, len(_PREFIX)), nullable=False)
     for width in ID_WINDOWS:  # the id: up to its closing quote (no quote inside it)
         window = buf.window(at, 16 + width)
-        ids = window[:, len(_REQUEST) :]
+        ids = window[:, len(_REQUEST) : len(_REQUEST) + width]
         quote = ids == 34
         found = quote.any(axis=1)
         if found[ok].all():
