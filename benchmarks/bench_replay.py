@@ -14,7 +14,12 @@ the same process and run, best of 3, CPU time (``time.process_time``):
 
 * parse-only baselines over the same file: ``json.loads`` per line, ``orjson.loads`` per line,
   msgspec ``decode_lines`` (untyped) per 4 MiB;
-* ``replay_file`` end to end (the columnar checker; the result must be "agree");
+* ``replay_file`` end to end (the columnar checker; the result must be "agree"), and again
+  with the byte scanner off (``colread.SCAN = False``: every line through msgspec's typed
+  decoder, as before the scanner);
+* the decoding alone over the same chunks (``colread.byte_chunks``): the byte scanner
+  (``colscan.scan``, with the share of lines it takes) and msgspec's typed ``decode_lines``
+  (what the scanner replaces for the lines it takes);
 * the vector part alone: the time spent inside the whole-array checks (colblocks.check_blocks
   and colseq.check_step_stats) during that replay;
 * the plain reference replay (``--reference``) on the first ``--reference-records`` records.
@@ -38,7 +43,7 @@ from typing import Any
 
 import msgspec
 import orjson
-from spectally.engine_bridge import colblocks, columnar, synth, synth_varied
+from spectally.engine_bridge import colblocks, colread, colscan, columnar, synth, synth_varied
 from spectally.engine_bridge.replay import replay_file
 
 GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
@@ -113,6 +118,23 @@ def parse_msgspec(path: str) -> None:
         decode(rest)
 
 
+def scan_only(path: str) -> float:
+    """The byte scanner over the log's chunks; returns the share of lines it takes."""
+    taken = lines = 0
+    for chunk in colread.byte_chunks(path, None):
+        found = colscan.scan(chunk)
+        taken += int(found.taken.sum())
+        lines += len(found.taken)
+    return taken / max(lines, 1)
+
+
+def typed_decode_only(path: str) -> None:
+    """msgspec's typed decoder (colread's struct types) over the log's chunks."""
+    decode = colread._DECODER.decode_lines
+    for chunk in colread.byte_chunks(path, None):
+        decode(chunk)
+
+
 def replay_timed(path: str) -> tuple[float, float]:
     """One columnar replay: (its CPU time, the CPU time inside the whole-array checks)."""
     spent = [0.0]
@@ -154,6 +176,14 @@ def throughput(kind: str, n: int, reference_records: int) -> dict[str, Any]:
         runs = [replay_timed(path) for _ in range(3)]
         row["replay s"] = min(r[0] for r in runs)
         row["vector s"] = min(r[1] for r in runs)
+        colread.SCAN = False
+        try:
+            row["replay without scanner s"] = min(replay_timed(path)[0] for _ in range(3))
+        finally:
+            colread.SCAN = True
+        row["scan s"] = best_of(lambda: scan_only(path))
+        row["scan share"] = scan_only(path)
+        row["typed decode s"] = best_of(lambda: typed_decode_only(path))
         if reference_records:
             small = os.path.join(tmp, "small.ndjson")
             head = write_log(kind, reference_records, small)
@@ -214,6 +244,16 @@ def main() -> None:
             print(f"  {name} parse-only {base:.2f} s: replay is {base / replay:.2f}x its speed")
         print(
             f"  vector part {row['vector s']:.3f} s: {steps / row['vector s']:,.0f} request-steps/s"
+        )
+        off = row["replay without scanner s"]
+        print(
+            f"  without the byte scanner {off:.2f} s: {steps / off:,.0f} request-steps/s"
+            f" (the scanner: {off / replay:.2f}x)"
+        )
+        print(
+            f"  decoding alone: byte scanner {row['scan s']:.3f} s"
+            f" ({row['scan share']:.2%} of the lines taken), msgspec typed decode_lines"
+            f" {row['typed decode s']:.3f} s"
         )
         if "reference rs/s" in row:
             print(f"  plain reference replay: {row['reference rs/s']:,} request-steps/s")

@@ -12,7 +12,9 @@ the property is not vacuous. Chunks of mixed lines decode to the same columns th
 
 from __future__ import annotations
 
+import gzip
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,10 +22,11 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from spectally.engine_bridge import colread, colscan
+from spectally.engine_bridge import colread, colscan, columnar, synth_varied
 from spectally.engine_bridge.colread import Irregular, decode_chunk, decode_columns
 from spectally.engine_bridge.colscan import ABSENT, COLUMNS, NULL, OUTCOMES, scan
 from spectally.engine_bridge.records import BadInput, parse_line
+from spectally.engine_bridge.report import render_summary, result_json
 
 NULLABLE = ("grammar_valid", "invalid", "verified", "delivered")
 ORDER = (
@@ -461,3 +464,56 @@ def _canonical(line: bytes) -> bool:
     except ValueError:
         return False
     return type(rec) is dict and list(rec)[:12] == list(ORDER) and dumps(rec) == line
+
+
+# -- whole logs: the recorder's lines, and the columnar checker with the scanner on and off -----
+
+ROOT = Path(__file__).parent.parent
+LOGS = sorted(
+    [
+        *(ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson*"),
+        *(ROOT / "engine_bridge" / "examples").glob("*.ndjson*"),
+        *(ROOT / "tests" / "traces").glob("*/*.ndjson"),
+    ]
+)
+
+
+def _text(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def test_the_recorders_lines_are_all_taken() -> None:
+    """Every request_step line of every recorded log and trace is in the scanner's form (the
+    recorder writes it: steplog.py), so the scanner is not bypassed on real logs."""
+    for path in LOGS:
+        text = _text(path)
+        assert int(scan(text).taken.sum()) == text.count(b'{"record":"request_step"'), path
+
+
+def _columnar(path: Path, scanner: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(colread, "SCAN", scanner)
+    monkeypatch.setattr(columnar, "STRICT", True)
+    try:
+        result = columnar.Columnar(str(path), None).run(str(path), None, None)
+    except Irregular:
+        return None
+    return render_summary(result), result_json(result), result.totals
+
+
+@pytest.mark.parametrize("chunk", [colread.CHUNK_BYTES, 6000])
+def test_columnar_checker_alike_with_and_without_the_scanner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr(colread, "CHUNK_BYTES", chunk)
+    logs = list(LOGS)
+    for seed, kwargs in enumerate([{}, {"preempt_share": 0.2}, {"mode": "sync"}]):
+        path = tmp_path / f"gen{seed}.ndjson"
+        path.write_bytes(b"".join(synth_varied.lines(3000, seed=seed, **kwargs)))
+        logs.append(path)
+    vouched = 0
+    for path in logs:
+        with_scanner = _columnar(path, True, monkeypatch)
+        assert with_scanner == _columnar(path, False, monkeypatch), path
+        vouched += with_scanner is not None
+    assert vouched > len(logs) // 2
