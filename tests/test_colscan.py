@@ -507,7 +507,8 @@ def test_columnar_checker_alike_with_and_without_the_scanner(
 ) -> None:
     monkeypatch.setattr(colread, "CHUNK_BYTES", chunk)
     logs = list(LOGS)
-    for seed, kwargs in enumerate([{}, {"preempt_share": 0.2}, {"mode": "sync"}]):
+    options: list[dict[str, Any]] = [{}, {"preempt_share": 0.2}, {"mode": "sync"}]
+    for seed, kwargs in enumerate(options):
         path = tmp_path / f"gen{seed}.ndjson"
         path.write_bytes(b"".join(synth_varied.lines(3000, seed=seed, **kwargs)))
         logs.append(path)
