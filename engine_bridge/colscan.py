@@ -99,6 +99,11 @@ _MUL2 = _U(1 + (10000 << 32))
 _LOW32 = _U(0xFFFFFFFF)
 _NULL_WORD = _U(int.from_bytes(b"null", "little"))
 _ZERO_CHAR = _U(0x30)
+_FIRST = _U(0xFF)
+_LOW_NIBBLE = _U(0x0F)
+_ID_BYTE = np.zeros(256, dtype=np.bool_)  # printable ASCII but '"' and '\\'
+_ID_BYTE[0x20:0x7F] = True
+_ID_BYTE[[0x22, 0x5C]] = False
 Words = np.ndarray[Any, np.dtype[np.uint64]]
 
 
@@ -299,11 +304,20 @@ class _Reader:
     def values(self) -> tuple[Ints, Bools]:
         """Every field's values and whether each is an integer the scanner takes (both
         fields x lines; `NULL` for null)."""
-        words = np.stack(self.words)
-        lengths = np.stack(self.lengths)
-        values = _values(words, lengths)
-        good = (lengths >= 1) & ((lengths == 1) | ((words & _U(0xFF)) != _ZERO_CHAR))
-        for field, null in enumerate(self.nulls):
+        shape = (len(self.words), len(self.words[0]))
+        values = np.empty(shape, dtype=np.int64)
+        good = np.empty(shape, dtype=np.bool_)
+        for field, (word, length, null) in enumerate(
+            zip(self.words, self.lengths, self.nulls, strict=True)
+        ):
+            several = np.flatnonzero(length > 1)
+            if len(several) * 4 > len(length):
+                values[field] = _values(word, length)
+            else:  # mostly one digit (counts up to k): the SWAR sum only where needed
+                values[field] = word & _LOW_NIBBLE
+                if len(several):
+                    values[field][several] = _values(word[several], length[several])
+            good[field] = (length == 1) | ((length > 1) & ((word & _FIRST) != _ZERO_CHAR))
             if null is not None:
                 good[field] |= null
                 values[field][null] = NULL
@@ -320,22 +334,18 @@ def _scan_group(buf: _Buffer, starts: Ints, stops: Ints) -> tuple[Bools, Ints, I
     ok = _START.match(rows)
     reader = _Reader(buf)
     at = reader.integer(starts + len(_PREFIX), _word_at(rows, len(_PREFIX)), nullable=False)
-    for width in ID_WINDOWS:  # the id: up to its closing quote (no quote inside it)
+    row = np.arange(len(at))
+    for width in ID_WINDOWS:  # the id: id characters up to the closing quote
         window = buf.window(at, 16 + width)
         ids = window[:, len(_REQUEST) : len(_REQUEST) + width]
-        quote = ids == 34
-        found = quote.any(axis=1)
-        if found[ok].all():
+        id_len = _ID_BYTE[ids].argmin(axis=1)  # the first byte that is not an id character
+        closed = (ids[row, id_len] == 34) & (id_len >= 1)  # no control, non-ASCII, escape
+        if closed[ok].all():
             break
-    ok &= _REQUEST_AT.match(window.view("<u8"))
-    id_len = np.where(found, quote.argmax(axis=1), 0)
-    ok &= id_len >= 1
+    ok &= closed & _REQUEST_AT.match(window.view("<u8"))
     longest = -(-int(id_len[ok].max()) // 8) * 8 if ok.any() else 8
     ids = ids[:, :longest]
-    inside = np.arange(longest) < id_len[:, None]
-    bad = (ids < 0x20) | (ids > 0x7E) | (ids == 0x5C)  # control, non-ASCII, escape
-    ok &= ~(bad & inside).any(axis=1)
-    id_rows = np.where(inside, ids, np.uint8(0))
+    id_rows = np.where(np.arange(longest) < id_len[:, None], ids, np.uint8(0))
     at = at + len(_REQUEST) + id_len
     for pattern, nullable in _FIELD_AT:
         rows = buf.words(at, 32)
