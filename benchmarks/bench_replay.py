@@ -3,6 +3,7 @@
     python benchmarks/bench_replay.py                  # 1M records per log; memory at 1M, 10M
     python benchmarks/bench_replay.py --quick          # 100k records; memory at 100k, 1M
     python benchmarks/bench_replay.py --memory-sizes 0 # throughput only
+    python benchmarks/bench_replay.py --logs varied    # one log (uniform, varied, preempted)
 
 Two synthetic async logs are written to temporary files: ``uniform``
 (spectally.engine_bridge.synth: k = 4, batch 32, few distinct block shapes) and ``varied``
@@ -220,13 +221,14 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=None)
     parser.add_argument("--reference-records", type=int, default=20_000)
     parser.add_argument("--memory-sizes", type=int, nargs="*", default=None)
+    parser.add_argument("--logs", nargs="*", choices=list(GENERATORS), default=list(GENERATORS))
     args = parser.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     sizes = args.memory_sizes
     if sizes is None:
         sizes = [100_000, 1_000_000] if args.quick else [1_000_000, 10_000_000]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
-    for kind in GENERATORS:
+    for kind in args.logs:
         row = throughput(kind, n, args.reference_records)
         steps = row["request_steps"]
         replay = row["replay s"]
