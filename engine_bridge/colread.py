@@ -1,5 +1,7 @@
-"""Reading for the columnar checker: the log in chunks of whole lines, decoded by a typed,
-validating decoder (msgspec) into one struct per record.
+"""Reading for the columnar checker: the log in chunks of whole lines, decoded into columns
+(`decode_columns` -> `Lines`): the canonical request_step lines straight from the bytes
+(colscan.py), every other line by a typed, validating decoder (msgspec) into one struct per
+record (`decode_chunk`), whose values fill the same columns.
 
 Why msgspec (measured, docs/replay.md): it decodes a chunk of NDJSON straight into typed
 structs at about ten times the speed of ``json.loads`` and validates while it decodes (exact
@@ -169,7 +171,7 @@ def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> I
                 if len(rest) > MAX_LINE_BYTES:  # memory stays bounded whatever one line says
                     raise Irregular("a line over the limit")
                 continue
-            yield rest + block[: cut + 1]
+            yield rest + memoryview(block)[: cut + 1]  # one copy of the block, not two
             rest = block[cut + 1 :]
     finally:
         close_stream(stream)
