@@ -518,3 +518,15 @@ def test_columnar_checker_alike_with_and_without_the_scanner(
         assert with_scanner == _columnar(path, False, monkeypatch), path
         vouched += with_scanner is not None
     assert vouched > len(logs) // 2
+
+
+def test_a_chunk_in_another_form_is_left_to_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first group of lines with nothing to take (a writer with other separators) ends the
+    scan of the chunk: its other lines go to the typed decoder, which decodes them alike."""
+    monkeypatch.setattr(colscan, "GROUP", 4)
+    spaced, plain = OTHER[3], BASES[0]
+    assert scan(b"\n".join([spaced] * 4 + [plain] * 3)).taken.sum() == 0
+    assert scan(b"\n".join([spaced] * 3 + [plain] * 3)).taken.tolist() == [0, 0, 0, 1, 1, 1]
+    assert scan(b"\n".join([plain] * 4 + [spaced, plain])).taken.tolist() == [1] * 4 + [0, 1]
+    chunk = b"\n".join([spaced] * 4 + [plain] * 3) + b"\n"
+    assert _lines_columns(decode_columns("log", 1, chunk)) == _struct_columns("log", chunk)
