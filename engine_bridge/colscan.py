@@ -101,9 +101,8 @@ _NULL_WORD = _U(int.from_bytes(b"null", "little"))
 _ZERO_CHAR = _U(0x30)
 _FIRST = _U(0xFF)
 _LOW_NIBBLE = _U(0x0F)
-_ID_BYTE = np.zeros(256, dtype=np.bool_)  # printable ASCII but '"' and '\\'
-_ID_BYTE[0x20:0x7F] = True
-_ID_BYTE[[0x22, 0x5C]] = False
+_SPACE = np.uint8(0x20)
+_PRINTABLE = np.uint8(0x7F - 0x20)  # (byte - 0x20) below this: 0x20..0x7E (it wraps below)
 Words = np.ndarray[Any, np.dtype[np.uint64]]
 
 
@@ -338,14 +337,16 @@ def _scan_group(buf: _Buffer, starts: Ints, stops: Ints) -> tuple[Bools, Ints, I
     for width in ID_WINDOWS:  # the id: id characters up to the closing quote
         window = buf.window(at, 16 + width)
         ids = window[:, len(_REQUEST) : len(_REQUEST) + width]
-        id_len = _ID_BYTE[ids].argmin(axis=1)  # the first byte that is not an id character
-        closed = (ids[row, id_len] == 34) & (id_len >= 1)  # no control, non-ASCII, escape
+        # id characters: printable ASCII but '"' and '\\' (no control, non-ASCII, escape)
+        is_id = ((ids - _SPACE) < _PRINTABLE) & (ids != 0x22) & (ids != 0x5C)
+        id_len = is_id.argmin(axis=1)  # the first byte that is not an id character
+        closed = (ids[row, id_len] == 34) & (id_len >= 1)
         if closed[ok].all():
             break
     ok &= closed & _REQUEST_AT.match(window.view("<u8"))
     longest = -(-int(id_len[ok].max()) // 8) * 8 if ok.any() else 8
     ids = ids[:, :longest]
-    id_rows = np.where(np.arange(longest) < id_len[:, None], ids, np.uint8(0))
+    id_rows = ids * (np.arange(longest) < id_len[:, None])  # zero bytes after the id
     at = at + len(_REQUEST) + id_len
     for pattern, nullable in _FIELD_AT:
         rows = buf.words(at, 32)
