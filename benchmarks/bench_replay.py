@@ -3,6 +3,7 @@
     python benchmarks/bench_replay.py                  # 1M records per log; memory at 1M, 10M
     python benchmarks/bench_replay.py --quick          # 100k records; memory at 100k, 1M
     python benchmarks/bench_replay.py --memory-sizes 0 # throughput only
+    python benchmarks/bench_replay.py --logs varied    # one log (uniform, varied, preempted)
 
 Two synthetic async logs are written to temporary files: ``uniform``
 (spectally.engine_bridge.synth: k = 4, batch 32, few distinct block shapes) and ``varied``
@@ -14,7 +15,12 @@ the same process and run, best of 3, CPU time (``time.process_time``):
 
 * parse-only baselines over the same file: ``json.loads`` per line, ``orjson.loads`` per line,
   msgspec ``decode_lines`` (untyped) per 4 MiB;
-* ``replay_file`` end to end (the columnar checker; the result must be "agree");
+* ``replay_file`` end to end (the columnar checker; the result must be "agree"), and again
+  with the byte scanner off (``colread.SCAN = False``: every line through msgspec's typed
+  decoder, as before the scanner);
+* the decoding alone over the same chunks (``colread.byte_chunks``): the byte scanner
+  (``colscan.scan``, with the share of lines it takes) and msgspec's typed ``decode_lines``
+  (what the scanner replaces for the lines it takes);
 * the vector part alone: the time spent inside the whole-array checks (colblocks.check_blocks
   and colseq.check_step_stats) during that replay;
 * the plain reference replay (``--reference``) on the first ``--reference-records`` records.
@@ -38,7 +44,7 @@ from typing import Any
 
 import msgspec
 import orjson
-from spectally.engine_bridge import colblocks, columnar, synth, synth_varied
+from spectally.engine_bridge import colblocks, colread, colscan, columnar, synth, synth_varied
 from spectally.engine_bridge.replay import replay_file
 
 GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
@@ -113,6 +119,23 @@ def parse_msgspec(path: str) -> None:
         decode(rest)
 
 
+def scan_only(path: str) -> float:
+    """The byte scanner over the log's chunks; returns the share of lines it takes."""
+    taken = lines = 0
+    for chunk in colread.byte_chunks(path, None):
+        found = colscan.scan(chunk)
+        taken += int(found.taken.sum())
+        lines += len(found.taken)
+    return taken / max(lines, 1)
+
+
+def typed_decode_only(path: str) -> None:
+    """msgspec's typed decoder (colread's struct types) over the log's chunks."""
+    decode = colread._DECODER.decode_lines
+    for chunk in colread.byte_chunks(path, None):
+        decode(chunk)
+
+
 def replay_timed(path: str) -> tuple[float, float]:
     """One columnar replay: (its CPU time, the CPU time inside the whole-array checks)."""
     spent = [0.0]
@@ -154,6 +177,14 @@ def throughput(kind: str, n: int, reference_records: int) -> dict[str, Any]:
         runs = [replay_timed(path) for _ in range(3)]
         row["replay s"] = min(r[0] for r in runs)
         row["vector s"] = min(r[1] for r in runs)
+        colread.SCAN = False
+        try:
+            row["replay without scanner s"] = min(replay_timed(path)[0] for _ in range(3))
+        finally:
+            colread.SCAN = True
+        row["scan s"] = best_of(lambda: scan_only(path))
+        row["scan share"] = scan_only(path)
+        row["typed decode s"] = best_of(lambda: typed_decode_only(path))
         if reference_records:
             small = os.path.join(tmp, "small.ndjson")
             head = write_log(kind, reference_records, small)
@@ -190,13 +221,14 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=None)
     parser.add_argument("--reference-records", type=int, default=20_000)
     parser.add_argument("--memory-sizes", type=int, nargs="*", default=None)
+    parser.add_argument("--logs", nargs="*", choices=list(GENERATORS), default=list(GENERATORS))
     args = parser.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
     sizes = args.memory_sizes
     if sizes is None:
         sizes = [100_000, 1_000_000] if args.quick else [1_000_000, 10_000_000]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
-    for kind in GENERATORS:
+    for kind in args.logs:
         row = throughput(kind, n, args.reference_records)
         steps = row["request_steps"]
         replay = row["replay s"]
@@ -214,6 +246,16 @@ def main() -> None:
             print(f"  {name} parse-only {base:.2f} s: replay is {base / replay:.2f}x its speed")
         print(
             f"  vector part {row['vector s']:.3f} s: {steps / row['vector s']:,.0f} request-steps/s"
+        )
+        off = row["replay without scanner s"]
+        print(
+            f"  without the byte scanner {off:.2f} s: {steps / off:,.0f} request-steps/s"
+            f" (the scanner: {off / replay:.2f}x)"
+        )
+        print(
+            f"  decoding alone: byte scanner {row['scan s']:.3f} s"
+            f" ({row['scan share']:.2%} of the lines taken), msgspec typed decode_lines"
+            f" {row['typed decode s']:.3f} s"
         )
         if "reference rs/s" in row:
             print(f"  plain reference replay: {row['reference rs/s']:,} request-steps/s")

@@ -1,5 +1,7 @@
-"""Reading for the columnar checker: the log in chunks of whole lines, decoded by a typed,
-validating decoder (msgspec) into one struct per record.
+"""Reading for the columnar checker: the log in chunks of whole lines, decoded into columns
+(`decode_columns` -> `Lines`): the canonical request_step lines straight from the bytes
+(colscan.py), every other line by a typed, validating decoder (msgspec) into one struct per
+record (`decode_chunk`), whose values fill the same columns.
 
 Why msgspec (measured, docs/replay.md): it decodes a chunk of NDJSON straight into typed
 structs at about ten times the speed of ``json.loads`` and validates while it decodes (exact
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, BinaryIO, Literal
@@ -31,6 +34,11 @@ from typing import Annotated, Any, BinaryIO, Literal
 import msgspec
 import numpy as np
 
+from . import colscan
+from .colscan import ABSENT as ABSENT
+from .colscan import COLUMNS as COLUMNS
+from .colscan import NULL as NULL
+from .colscan import OUTCOMES as OUTCOMES
 from .limits import MAX_INT, MAX_LINE_BYTES
 from .records import BadInput, Record, load_schema, parse_line
 from .source import close_stream, open_binary
@@ -38,15 +46,9 @@ from .source import close_stream, open_binary
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
+Ints = np.ndarray[Any, np.dtype[np.int64]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 RequestId = Annotated[str, msgspec.Meta(min_length=1)]
-OUTCOMES = (
-    "applied",
-    "discarded_finished",
-    "discarded_aborted",
-    "discarded_preempted",
-    "discarded_stale",
-)
 Outcome = Literal[
     "applied",
     "discarded_finished",
@@ -169,7 +171,7 @@ def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> I
                 if len(rest) > MAX_LINE_BYTES:  # memory stays bounded whatever one line says
                     raise Irregular("a line over the limit")
                 continue
-            yield rest + block[: cut + 1]
+            yield rest + memoryview(block)[: cut + 1]  # one copy of the block, not two
             rest = block[cut + 1 :]
     finally:
         close_stream(stream)
@@ -325,3 +327,157 @@ def _from_dict(rec: Record) -> Any:
         return msgspec.convert(fields, kind, strict=True)
     except msgspec.ValidationError as exc:
         raise Irregular(f"not typed-decodable: {exc}") from None
+
+
+# -- columns ---------------------------------------------------------------------------------
+
+OUTCOME_CODE = {name: code for code, name in enumerate(OUTCOMES)}
+SCAN = True  # False: every line through the typed decoder (benchmarks, tests)
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NOTHING_TAKEN = (
+    _NO_INTS,
+    _NO_INTS,
+    np.zeros(0, dtype=np.bool_),
+    np.zeros((0, len(COLUMNS)), dtype=np.int64),
+    _NO_INTS,
+    _NO_INTS,
+)
+_BLOCK_FIELDS = attrgetter(*COLUMNS)
+_STEP = attrgetter("step")
+
+
+@dataclass
+class Lines:
+    """Consecutive lines of a log as columns, one row per line: the unit the columnar checker
+    works on. ``values`` holds a request_step line's `colscan.COLUMNS` (nulls `NULL`, no
+    ``delivered`` `ABSENT`) and every other line's step in column 0 (header, totals: 0);
+    ``outcome`` its index in `OUTCOMES` and ``rid`` its request id's index in ``ids`` (-1 on
+    other lines). ``objs`` holds the decoded record of every line the scanner did not take
+    (structs; header and totals: the dicts of `records.parse_line`)."""
+
+    kinds: Kinds
+    values: Ints
+    outcome: Ints
+    rid: Ints
+    ids: list[str]
+    objs: dict[int, Any]
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def steps(self) -> Ints:
+        steps: Ints = self.values[:, 0]
+        return steps
+
+    def record(self, i: int) -> Any:
+        """Line ``i``'s record, as the typed decoder gives it."""
+        rec = self.objs.get(i)
+        if rec is not None:
+            return rec
+        row = self.values[i].tolist()
+        fields: dict[str, Any] = {
+            name: None if value == NULL else value for name, value in zip(COLUMNS, row, strict=True)
+        }
+        if row[-1] == ABSENT:
+            del fields["delivered"]
+        fields["request"] = self.ids[int(self.rid[i])]
+        fields["outcome"] = OUTCOMES[int(self.outcome[i])]
+        return RequestStep(**fields)
+
+    def cut(self, start: int, stop: int) -> Lines:
+        """Lines ``start`` to ``stop`` (exclusive)."""
+        objs = {i - start: rec for i, rec in self.objs.items() if start <= i < stop}
+        return Lines(
+            self.kinds[start:stop],
+            self.values[start:stop],
+            self.outcome[start:stop],
+            self.rid[start:stop],
+            self.ids,
+            objs,
+        )
+
+    def then(self, more: Lines) -> Lines:
+        """These lines followed by ``more`` (this one's ids compacted to those it uses, so a
+        carried remainder does not accumulate ids over the chunks)."""
+        used, rid = np.unique(self.rid, return_inverse=True)
+        ids = [self.ids[i] for i in used.tolist() if i >= 0]
+        rid = rid.reshape(-1) - int(used[0] < 0) if len(used) else self.rid
+        offset = len(ids)
+        n = len(self)
+        objs = dict(self.objs)
+        objs.update((i + n, rec) for i, rec in more.objs.items())
+        return Lines(
+            np.concatenate([self.kinds, more.kinds]),
+            np.concatenate([self.values, more.values]),
+            np.concatenate([self.outcome, more.outcome]),
+            np.concatenate([rid, np.where(more.rid >= 0, more.rid + offset, -1)]),
+            ids + more.ids,
+            objs,
+        )
+
+
+def empty_lines() -> Lines:
+    return Lines(
+        np.zeros(0, np.int8),
+        np.zeros((0, len(COLUMNS)), np.int64),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        [],
+        {},
+    )
+
+
+def decode_columns(path: str, first_line: int, chunk: bytes) -> Lines:
+    """Decode one chunk of whole lines into columns: the canonical request_step lines
+    straight from the bytes (`colscan.scan`), every other line through `decode_chunk` (the
+    typed decoder, or `records.parse_line`; `Irregular` where either refuses). The columns
+    are the ones the typed decoder's structs give, line for line."""
+    if not SCAN:
+        scan = colscan.Scan(*_NOTHING_TAKEN, [])
+        n = chunk.count(b"\n") + (len(chunk) > 0 and not chunk.endswith(b"\n"))
+        scan.taken = np.zeros(n, dtype=np.bool_)
+    else:
+        scan = colscan.scan(chunk)
+        n = len(scan.starts)
+    taken = scan.taken
+    values = np.zeros((n, len(COLUMNS)), dtype=np.int64)
+    values[taken] = scan.values
+    outcome = np.full(n, -1, dtype=np.int64)
+    outcome[taken] = scan.outcome
+    rid = np.full(n, -1, dtype=np.int64)
+    rid[taken] = scan.rid
+    kinds = np.zeros(n, dtype=np.int8)  # taken lines are request_step lines
+    lines = Lines(kinds, values, outcome, rid, scan.ids, {})
+    rest = np.flatnonzero(~taken)
+    if len(rest) == 0:
+        return lines
+    if len(rest) == n:
+        text = chunk
+    else:
+        bounds = zip(scan.starts[rest].tolist(), (scan.stops[rest] + 1).tolist(), strict=True)
+        text = b"".join([chunk[a:b] for a, b in bounds])
+    records, rest_kinds = decode_chunk(path, first_line + int(rest[0]), text)
+    kinds[rest] = rest_kinds
+    lines.objs = dict(zip(rest.tolist(), records, strict=True))
+    has_step = rest_kinds <= 2  # request_step, request, step_stats
+    stepped = itemgetter_list(records, np.flatnonzero(has_step))
+    values[rest[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
+    at = np.flatnonzero(rest_kinds == 0)
+    if len(at):
+        _block_rows(lines, rest[at], itemgetter_list(records, at))
+    return lines
+
+
+def _block_rows(lines: Lines, at: Ints, blocks: list[Any]) -> None:
+    """The columns of request_step lines the typed decoder decoded (lines ``at``)."""
+    flat = [
+        NULL if v is None else ABSENT if v is msgspec.UNSET else v
+        for rec in blocks
+        for v in _BLOCK_FIELDS(rec)
+    ]
+    lines.values[at] = np.array(flat, dtype=np.int64).reshape(len(blocks), len(COLUMNS))
+    lines.outcome[at] = [OUTCOME_CODE[rec.outcome] for rec in blocks]
+    index = {name: i for i, name in enumerate(lines.ids)}
+    lines.rid[at] = [index.setdefault(rec.request, len(index)) for rec in blocks]
+    lines.ids = list(index)

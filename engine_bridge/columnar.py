@@ -1,7 +1,8 @@
 """The columnar checker: a step log judged chunk by chunk over whole columns.
 
-Each chunk of whole lines is decoded into typed structs (colread.py), split into columns per
-record kind, and checked at once: the blocks against the step rules evaluated over arrays
+Each chunk of whole lines is decoded into columns (colread.py: canonical request_step lines
+straight from the bytes, colscan.py; the other lines through a typed decoder) and checked at
+once: the blocks against the step rules evaluated over arrays
 (colblocks.py), the order of records per request and per step (colseq.py). The chunk's last
 engine step waits for the next chunk, so every check sees whole steps. Memory is a few
 chunks plus the open requests, whatever the log's length.
@@ -17,11 +18,9 @@ reference's `Counters`), tallies and shift terms.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any
 
-import msgspec
 import numpy as np
 from spectally.reference.counters import Counters
 from spectally.reference.errors import InvariantViolation
@@ -30,13 +29,16 @@ from spectally.reference.invariants import check_invariants
 from .array_arith import Ints
 from .colblocks import BlockColumns, check_blocks
 from .colread import (
+    ABSENT,
+    COLUMNS,
+    OUTCOME_CODE,
     Irregular,
-    Kinds,
+    Lines,
     Request,
     byte_chunks,
-    decode_chunk,
+    decode_columns,
     delivered_in_schema,
-    itemgetter_list,
+    empty_lines,
 )
 from .colseq import (
     INF_LINE,
@@ -52,59 +54,25 @@ from .reference_replay import metrics_divergence
 from .report import ReplayResult, Tally, make_summary
 from .translate import Header
 
-_STEP = attrgetter("step")
-_REQUEST = attrgetter("request")
-_OUTCOME = attrgetter("outcome")
-STALE = "discarded_stale"
+STALE = OUTCOME_CODE["discarded_stale"]
+APPLIED = OUTCOME_CODE["applied"]
 STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
-MAX_EXACT_FLOAT = 2**53  # nullable columns pass through float (None -> nan) below this
+MAX_EXACT_FLOAT = 2**53  # delivered and per-position counts are bounded by this here
+_COLUMN = {name: i for i, name in enumerate(COLUMNS)}
 
 
 def _ints(records: Sequence[Any], name: str) -> Ints:
     return np.fromiter(map(attrgetter(name), records), dtype=np.int64, count=len(records))
 
 
-_BLOCK_INTS = attrgetter("proposed", "padding", "scheduled", "accepted", "sampled")
-
-
-def _block_ints(blocks: Sequence[Any]) -> Ints:
-    """The five always-present counts of the blocks, one row each (one pass)."""
-    n = len(blocks)
-    flat = np.fromiter(chain.from_iterable(map(_BLOCK_INTS, blocks)), np.int64, 5 * n)
-    return flat.reshape(n, 5)
-
-
-def _nullable(records: Sequence[Any], name: str) -> Ints:
-    """A column of ``int | None`` as int64 with -1 for null."""
-    listed = list(map(attrgetter(name), records))
-    nulls = listed.count(None)
-    if nulls == len(listed):
-        return np.full(len(listed), -1, dtype=np.int64)
-    if nulls == 0:
-        return np.fromiter(listed, np.int64, len(listed))
-    values = np.array(listed, dtype=np.float64)
-    null = np.isnan(values)
-    if (values[~null] > MAX_EXACT_FLOAT).any():
-        raise Irregular(f"{name} too large for the columnar checker")
-    return np.where(null, -1, values).astype(np.int64)
-
-
-def _delivered(records: Sequence[Any], known: bool) -> Ints:
+def _delivered(column: Ints, known: bool) -> Ints:
     """The optional ``delivered`` column (-1: absent or null); a log that carries the field
     while the schema does not know it goes to the reference (which then rejects it)."""
-    values = list(map(attrgetter("delivered"), records))
-    if values.count(msgspec.UNSET) == len(values):
-        return np.full(len(values), -1, dtype=np.int64)
+    if (column == ABSENT).all():
+        return np.full(len(column), -1, dtype=np.int64)
     if not known:
         raise Irregular("a delivered field the schema does not know")
-    return np.array(
-        [-1 if v is None or v is msgspec.UNSET else min(v, MAX_EXACT_FLOAT) for v in values],
-        dtype=np.int64,
-    )
-
-
-def _pick(records: list[Any], index: Ints) -> list[Any]:
-    return itemgetter_list(records, index)
+    return np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
 
 
 class Columnar:
@@ -126,35 +94,32 @@ class Columnar:
     def run(
         self, source: str, lines: Sequence[tuple[int, bytes, bool]] | None, bar: Any
     ) -> ReplayResult:
-        carry: list[Any] = []
-        carry_kinds = np.zeros(0, dtype=np.int8)
+        carry = empty_lines()
         carry_line = first = 1  # the line of carry[0]; a batch's records are consecutive lines
         for chunk in byte_chunks(source, lines):
-            records, kinds = decode_chunk(self.path, first, chunk)
+            records = decode_columns(self.path, first, chunk)
             start = first
             first += len(records)
             if bar is not None:
                 bar.update(len(records))
-            records, start, kinds = self._strip_dicts(records, start, kinds)
-            if not carry:
+            records, start = self._strip_dicts(records, start)
+            if not len(carry):
                 carry_line = start
-            elif len(kinds):
-                kinds = np.concatenate([carry_kinds, kinds])
-            carry, carry_line, carry_kinds = self._steps(
-                carry + records, carry_line, kinds, final=False
-            )
-        self._steps(carry, carry_line, carry_kinds, final=True)
+            elif len(records):
+                records = carry.then(records)
+            else:
+                records = carry
+            carry, carry_line = self._steps(records, carry_line, final=False)
+        self._steps(carry, carry_line, final=True)
         return self._finish()
 
-    def _strip_dicts(
-        self, records: list[Any], start: int, kinds: Kinds
-    ) -> tuple[list[Any], int, Kinds]:
+    def _strip_dicts(self, records: Lines, start: int) -> tuple[Lines, int]:
         """Take the header (line 1) and the totals record (the last line) out of the records
         (lines ``start``, ``start + 1``, ...); returns the rest and its first line."""
-        if self.totals_record is not None and records:
+        if self.totals_record is not None and len(records):
             raise Irregular("a record after the totals record")
-        if records and start == 1:
-            head = records[0]
+        if len(records) and start == 1:
+            head = records.objs.get(0)
             if type(head) is not dict or head["record"] != "header":
                 raise Irregular("the first record is not the header")
             try:
@@ -165,35 +130,35 @@ class Columnar:
                 raise Irregular("no counting profile")
             self.header = header
             self.tally.counts["header"] += 1
-            records, start, kinds = records[1:], 2, kinds[1:]
-        if records and type(records[-1]) is dict and records[-1]["record"] == "totals":
-            self.totals_record = (start + len(records) - 1, records[-1])
+            records, start = records.cut(1, len(records)), 2
+        last = records.objs.get(len(records) - 1)
+        if type(last) is dict and last["record"] == "totals":
+            self.totals_record = (start + len(records) - 1, last)
             self.tally.counts["totals"] += 1
-            records, kinds = records[:-1], kinds[:-1]
-        return records, start, kinds
+            records = records.cut(0, len(records) - 1)
+        return records, start
 
-    def _steps(
-        self, records: list[Any], start: int, kinds: Kinds, final: bool
-    ) -> tuple[list[Any], int, Kinds]:
+    def _steps(self, records: Lines, start: int, final: bool) -> tuple[Lines, int]:
         """Check the records of whole steps (lines ``start``, ...); return the last (maybe
         unfinished) step's records and their first line."""
-        if not records:
-            return [], start, kinds
+        if not len(records):
+            return records, start
         if self.header is None:
             raise Irregular("no header")
-        if (kinds > 2).any():
+        if (records.kinds > 2).any():
             raise Irregular("a header or totals record out of place")
-        steps = np.fromiter(map(_STEP, records), dtype=np.int64, count=len(records))
+        steps = records.steps
         if steps[0] < self.last_step or (steps[1:] < steps[:-1]).any():
             raise Irregular("a step went backwards")
         cut = len(records) if final else int(np.searchsorted(steps, steps[-1]))
         if cut == 0:
-            return records, start, kinds
+            return records, start
         lines = np.arange(start, start + cut, dtype=np.int64)
-        self._check(records[:cut], lines, steps[:cut], kinds[:cut])
-        return records[cut:], start + cut, kinds[cut:]
+        self._check(records.cut(0, cut), lines, steps[:cut])
+        return records.cut(cut, len(records)), start + cut
 
-    def _check(self, records: list[Any], lines: Ints, steps: Ints, kinds: Kinds) -> None:
+    def _check(self, records: Lines, lines: Ints, steps: Ints) -> None:
+        kinds = records.kinds
         header = self.header
         assert header is not None
         mode, k = header.mode, header.k
@@ -203,20 +168,15 @@ class Columnar:
         rs_at = np.flatnonzero(kinds == 0)
         rq_at = np.flatnonzero(kinds == 1)
         ss_at = np.flatnonzero(kinds == 2)
-        blocks = _pick(records, rs_at)
+        blocks = records.values[rs_at]
+        block_rid = records.rid[rs_at]
         counts = self.tally.counts
         counts["request_step"] += len(rs_at)
         counts["request"] += len(rq_at)
         counts["step_stats"] += len(ss_at)
-        outcomes = list(map(_OUTCOME, blocks))
-        if outcomes.count("applied") == len(outcomes):
-            applied = np.ones(len(outcomes), dtype=np.bool_)
-        else:
-            applied = np.fromiter(map("applied".__eq__, outcomes), np.bool_, len(outcomes))
-        if applied.all():
-            stale = np.zeros(len(outcomes), dtype=np.bool_)
-        else:
-            stale = np.fromiter(map(STALE.__eq__, outcomes), np.bool_, len(outcomes))
+        outcome = records.outcome[rs_at]
+        applied = outcome == APPLIED
+        stale = outcome == STALE
         # Lifecycle records, discarded blocks and the applied blocks of a request written
         # after its first end record or discarded block of the chunk (or all of them, when
         # its lifecycle state carries over), in line order, through the request table; the
@@ -226,40 +186,45 @@ class Columnar:
         block_lines, block_steps = lines[rs_at], steps[rs_at]
         order = np.sort(np.concatenate([rq_at, rs_at[~applied]]))
         first = dict.fromkeys(table.watched(), 0)
-        for i in order.tolist():
-            rec = records[i]
+        events = {i: records.record(i) for i in order.tolist()}
+        for i, rec in events.items():
             if type(rec) is not Request or rec.event != "add":
                 first.setdefault(rec.request, int(lines[i]))
+        ids = records.ids
         if first:
-            after = map(first.get, map(_REQUEST, blocks), repeat(INF_LINE))
-            walk = applied & (block_lines > np.fromiter(after, np.int64, len(blocks)))
+            after = np.fromiter(map(first.get, ids, [INF_LINE] * len(ids)), np.int64, len(ids))
+            walk = applied & (block_lines > after[block_rid])
             if walk.any():
                 order = np.sort(np.concatenate([order, rs_at[walk]]))
-        events = [(int(lines[i]), records[i]) for i in order.tolist()]
-        done = table.lifecycle(events, self.last_step)
-        self.tally.requests = table.requests
-        slot = np.fromiter(
-            map(table.slots.__getitem__, map(_REQUEST, blocks)), np.int64, len(blocks)
+        walked = [(int(lines[i]), events.get(i)) for i in order.tolist()]
+        done = table.lifecycle(
+            [
+                (line, records.record(i) if rec is None else rec)
+                for (line, rec), i in zip(walked, order.tolist(), strict=True)
+            ],
+            self.last_step,
         )
+        self.tally.requests = table.requests
+        slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[block_rid]
         check_block_order(slot, block_lines, table)
         check_one_block_per_step(block_steps, slot)
-        counts5 = _block_ints(blocks)
+        col = _COLUMN
         columns = BlockColumns(
-            proposed=counts5[:, 0],
-            padding=counts5[:, 1],
-            grammar_valid=_nullable(blocks, "grammar_valid"),
-            scheduled=counts5[:, 2],
-            invalid=_nullable(blocks, "invalid"),
-            verified=_nullable(blocks, "verified"),
-            accepted=counts5[:, 3],
-            sampled=counts5[:, 4],
-            delivered=_delivered(blocks, self.delivered_known),
+            proposed=blocks[:, col["proposed"]],
+            padding=blocks[:, col["padding"]],
+            grammar_valid=blocks[:, col["grammar_valid"]],
+            scheduled=blocks[:, col["scheduled"]],
+            invalid=blocks[:, col["invalid"]],
+            verified=blocks[:, col["verified"]],
+            accepted=blocks[:, col["accepted"]],
+            sampled=blocks[:, col["sampled"]],
+            delivered=_delivered(blocks[:, col["delivered"]], self.delivered_known),
             applied=applied,
             structured=self.table.structured[slot],
             stale=stale,
         )
         result = check_blocks(mode, k, columns)
-        stats = _pick(records, ss_at)
+        stats = [records.record(i) for i in ss_at.tolist()]
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
             raise Irregular("a per-position vector whose length is not k")
