@@ -7,11 +7,14 @@ engine step waits for the next chunk, so every check sees whole steps. Memory is
 chunks plus the open requests, whatever the log's length.
 
 The reference replay (reference_replay.py) is the authority. The columnar checker only ever
-says "agree", and only for a log where every check passed and every record fits a pattern it
-handles; for anything else (a divergence, bad input, an incomplete log, preemptions, ...) it
-raises `Irregular` and `replay_file` replays the log through the reference machine, which
-writes the report. Agreeing logs get the same summary either way: the same totals (the
-reference's `Counters`), tallies and shift terms.
+says "agree", or of a log cut short where everything present agreed what the reference says
+of it ("incomplete": no totals record; "bad_input": a final line without newline that the
+reference decoder rejects), and only for a log where every check passed and every record
+fits a pattern it handles; for anything else (a divergence, bad input, a block still open at
+the end, ...) it raises `Irregular` and `replay_file` replays the log through the reference
+machine, which writes the report. Either way the report is built by the same functions
+(`report.make_summary`, `report.stats_not_compared`) from the same totals (the reference's
+`Counters`), tallies and shift terms.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ from .colseq import (
     check_one_block_per_step,
     check_step_stats,
 )
-from .records import BadInput, Record
+from .limits import MAX_LINE_BYTES
+from .records import BadInput, Record, parse_line
 from .reference_replay import metrics_divergence
-from .report import ReplayResult, Tally, make_summary
+from .report import ReplayResult, Tally, make_summary, stats_not_compared
 from .translate import Header
 
 _STEP = attrgetter("step")
@@ -120,6 +124,10 @@ class Columnar:
         self.counters: Counters | None = None
         self.last_step = -1
         self.delivered_known = delivered_in_schema()
+        self.notes: list[str] = []
+        # A final line without a newline that the reference decoder rejects (a log cut
+        # mid-line): the verdict is that bad input, once every line before it agreed.
+        self.bad_last: BadInput | None = None
 
     def run(
         self, source: str, lines: Sequence[tuple[int, bytes, bool]] | None, bar: Any
@@ -127,7 +135,10 @@ class Columnar:
         carry: list[Any] = []
         carry_kinds = np.zeros(0, dtype=np.int8)
         carry_line = first = 1  # the line of carry[0]; a batch's records are consecutive lines
-        for chunk in byte_chunks(source, lines):
+        for whole in byte_chunks(source, lines):
+            chunk = whole if whole.endswith(b"\n") else self._cut_last(whole, first)
+            if not chunk:
+                continue
             records, kinds = decode_chunk(self.path, first, chunk)
             start = first
             first += len(records)
@@ -143,6 +154,22 @@ class Columnar:
             )
         self._steps(carry, carry_line, carry_kinds, final=True)
         return self._finish()
+
+    def _cut_last(self, chunk: bytes, first: int) -> bytes:
+        """The last chunk (lines ``first``, ...) without its final line when that line has no
+        newline and the reference decoder rejects it (`records.parse_line`: the same
+        message); it stays when it decodes (a last record without its newline is fine)."""
+        cut = chunk.rfind(b"\n") + 1
+        text = chunk[cut:]
+        lineno = first + chunk.count(b"\n", 0, cut)
+        if lineno == 1 or len(text) > MAX_LINE_BYTES:
+            return chunk  # a BOM to strip, a line over the limit: decode_chunk refuses it
+        try:
+            parse_line(self.path, lineno, text, False)
+        except BadInput as exc:
+            self.bad_last = exc
+            return chunk[:cut]
+        return chunk
 
     def _strip_dicts(
         self, records: list[Any], start: int, kinds: Kinds
@@ -188,10 +215,14 @@ class Columnar:
         if cut == 0:
             return records, start, kinds
         lines = np.arange(start, start + cut, dtype=np.int64)
-        self._check(records[:cut], lines, steps[:cut], kinds[:cut])
+        # The last step of a log cut before its totals record: its step_stats may be missing.
+        cut_step = int(steps[-1]) if final and self.totals_record is None else None
+        self._check(records[:cut], lines, steps[:cut], kinds[:cut], cut_step)
         return records[cut:], start + cut, kinds[cut:]
 
-    def _check(self, records: list[Any], lines: Ints, steps: Ints, kinds: Kinds) -> None:
+    def _check(
+        self, records: list[Any], lines: Ints, steps: Ints, kinds: Kinds, cut_step: int | None
+    ) -> None:
         header = self.header
         assert header is not None
         mode, k = header.mode, header.k
@@ -269,13 +300,16 @@ class Columnar:
             values[:, 1] = _ints(stats, "num_draft_tokens")
             values[:, 2] = _ints(stats, "num_accepted_tokens")
             values[:, 3:] = np.array(per_pos, dtype=np.int64)
-        check_step_stats(
+        if check_step_stats(
             k,
             block_steps,
             block_lines,
             (result.legacy_drafts, result.legacy_tokens, result.legacy_accepted),
             StatsColumns(steps[ss_at], lines[ss_at], values),
-        )
+            cut_step,
+        ):
+            assert cut_step is not None
+            self.notes.append(stats_not_compared(cut_step))
         self.tally.checked += len(rs_at) + len(ss_at)
         self.counters = (
             result.counters if self.counters is None else self.counters.merge(result.counters)
@@ -288,9 +322,8 @@ class Columnar:
         header = self.header
         if header is None:
             raise Irregular("no header")
-        self.table.finish()
-        if self.totals_record is None:
-            raise Irregular("no totals record: an incomplete log")
+        still_open = self.table.finish()
+        complete = self.totals_record is not None
         counters = self.counters if self.counters is not None else Counters.zero(header.k)
         try:
             check_invariants(counters)
@@ -303,16 +336,17 @@ class Columnar:
             legacy.num_accepted_tokens,
             list(counters.per_position("legacy_accepted")),
         )
-        _, rec = self.totals_record
-        actual = (
-            rec["num_drafts"],
-            rec["num_draft_tokens"],
-            rec["num_accepted_tokens"],
-            rec["num_accepted_tokens_per_pos"],
-        )
-        if actual != ref:
-            raise Irregular("totals differ")
-        self.tally.checked += 1
+        if self.totals_record is not None:
+            _, rec = self.totals_record
+            actual = (
+                rec["num_drafts"],
+                rec["num_draft_tokens"],
+                rec["num_accepted_tokens"],
+                rec["num_accepted_tokens_per_pos"],
+            )
+            if actual != ref:
+                raise Irregular("totals differ")
+            self.tally.checked += 1
         if self.metrics is not None:
             try:
                 if metrics_divergence(self.metrics, header, ref, self.path) is not None:
@@ -320,8 +354,20 @@ class Columnar:
             except BadInput as exc:
                 raise Irregular(str(exc)) from None
             self.tally.checked += 1
+        if self.bad_last is not None:
+            # What the reference replay says of this log: everything before the cut line
+            # read without a divergence (checked here, and more), then the cut line.
+            return ReplayResult(
+                self.path, "bad_input", [], self.bad_last, {}, [], None, checker="columnar"
+            )
+        if not complete:
+            # An incomplete log: everything present agreed (reference_replay.finish).
+            self.tally.open_requests = still_open
         summary = make_summary(self.path, header, self.tally, counters)
-        return ReplayResult(self.path, "agree", [], None, summary, [], counters, checker="columnar")
+        status = "agree" if complete else "incomplete"
+        return ReplayResult(
+            self.path, status, [], None, summary, self.notes, counters, checker="columnar"
+        )
 
 
 def replay_columnar(
