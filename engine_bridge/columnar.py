@@ -31,7 +31,7 @@ from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
 
 from .array_arith import Ints
-from .colblocks import BlockColumns, check_blocks
+from .colblocks import BlockColumns, ShapeTable, check_blocks
 from .colread import (
     Irregular,
     Kinds,
@@ -121,7 +121,7 @@ class Columnar:
         self.totals_record: tuple[int, Record] | None = None
         self.tally = Tally()
         self.table = RequestTable()
-        self.counters: Counters | None = None
+        self.shapes: ShapeTable | None = None  # the log's block shapes, folded at the end
         self.last_step = -1
         self.delivered_known = delivered_in_schema()
         self.notes: list[str] = []
@@ -287,7 +287,9 @@ class Columnar:
             structured=self.table.structured[slot],
             stale=stale,
         )
-        result = check_blocks(mode, k, columns)
+        if self.shapes is None:
+            self.shapes = ShapeTable(mode, k)
+        result = check_blocks(mode, k, columns, self.shapes)
         stats = _pick(records, ss_at)
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
@@ -304,18 +306,13 @@ class Columnar:
             k,
             block_steps,
             block_lines,
-            (result.legacy_drafts, result.legacy_tokens, result.legacy_accepted),
+            result.legacy,
             StatsColumns(steps[ss_at], lines[ss_at], values),
             cut_step,
         ):
             assert cut_step is not None
             self.notes.append(stats_not_compared(cut_step))
         self.tally.checked += len(rs_at) + len(ss_at)
-        self.counters = (
-            result.counters if self.counters is None else self.counters.merge(result.counters)
-        )
-        for name, value in result.shift.items():
-            self.tally.shift[name] += value
         self.table.release(done)
 
     def _finish(self) -> ReplayResult:
@@ -324,7 +321,11 @@ class Columnar:
             raise Irregular("no header")
         still_open = self.table.finish()
         complete = self.totals_record is not None
-        counters = self.counters if self.counters is not None else Counters.zero(header.k)
+        counters = Counters.zero(header.k)
+        if self.shapes is not None:
+            counters, shift = self.shapes.totals()
+            for name, value in shift.items():
+                self.tally.shift[name] += value
         try:
             check_invariants(counters)
         except InvariantViolation as exc:
