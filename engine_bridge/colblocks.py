@@ -166,23 +166,43 @@ class ShapeTable:
     # -- lookup ------------------------------------------------------------------------------
 
     def _key(self, c: BlockColumns) -> Ints | None:
-        """One int64 per block, equal exactly when the blocks' shapes are (counts -1..k+2 in
-        fixed-width bit fields, the flags one bit each); None when a count does not fit."""
+        """One int64 per block, equal exactly when the blocks' shapes are: the counts
+        (-1 .. k + 2, shifted to 0 .. k + 3) in fixed-width bit fields, then the three flags
+        one bit each; None when a count does not fit. A column that is the same in every
+        block of the chunk (often: delivered, padding, the flags) adds a constant, so only
+        the varying columns cost a pass each."""
         width = self.width
         if not width:
             return None
-        top = self.k + 2
-        counts = [getattr(c, name) for name in _COUNT_FIELDS]
-        if len(c.proposed) and max(int(col.max()) for col in counts) > top:
-            return None  # a count far above k: checked block by block (and refused there)
-        key = np.zeros(len(c.proposed), dtype=np.int64)
-        for col in counts:
-            key <<= width
-            key += col
-        key += _OFFSETS[width]  # each -1 .. k + 2 field shifted to 0 .. k + 3
-        for flag in (c.applied, c.structured, c.stale):
-            key <<= 1
-            key |= flag
+        n = len(c.proposed)
+        constant = 0
+        key: Ints | None = None
+        at = 0  # bit position of the last column added to `key`
+        columns = [(getattr(c, name), width) for name in _COUNT_FIELDS]
+        columns += [(c.applied, 1), (c.structured, 1), (c.stale, 1)]
+        position = 9 * width + 3
+        for column, bits in columns:
+            position -= bits
+            if n == 0:
+                continue
+            low, high = int(column.min()), int(column.max())
+            if bits > 1 and (low < -1 or high > self.k + 2):
+                return None  # a count far above k: checked block by block (and refused there)
+            offset = 1 if bits > 1 else 0
+            if low == high:
+                constant += (low + offset) << position
+                continue
+            constant += offset << position
+            if key is None:
+                key = column.astype(np.int64)
+            else:
+                _shift(key, at - position)
+                key += column
+            at = position
+        if key is None:
+            return np.full(n, constant, dtype=np.int64)
+        _shift(key, at)
+        key += constant  # the exact key, in 0 .. 2**63 - 1 (wrapping on the way is modular)
         return key
 
     def _slots(self, key: Ints) -> Ints:
@@ -322,10 +342,13 @@ _COUNT_FIELDS = (
     "sampled",
     "delivered",
 )
-# Σ 1 << (width * j) over the count fields: adding it moves every field's -1 .. k + 2 to
-# 0 .. k + 3 at once (no field borrows from the next: each one is >= 0 after the shift).
-_OFFSETS = {w: sum(1 << (w * j) for j in range(len(_COUNT_FIELDS))) for w in range(1, 7)}
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the top bits of key * 2**64 / phi
+
+
+def _shift(key: Ints, bits: int) -> None:
+    """``key <<= bits`` in place, modulo 2**64 (unsigned: a negative partial key included)."""
+    unsigned = key.view(np.uint64)
+    np.left_shift(unsigned, np.uint64(bits), out=unsigned)
 
 
 def _concat(parts: list[BlockColumns]) -> BlockColumns:
