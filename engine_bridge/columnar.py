@@ -19,6 +19,8 @@ machine, which writes the report. Either way the report is built by the same fun
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from collections.abc import Sequence
 from itertools import chain, repeat
 from operator import attrgetter
@@ -371,6 +373,28 @@ class Columnar:
         )
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+MMAP_THRESHOLD = 1 << 17  # glibc's initial value, 128 KiB
+_heap_fixed: list[bool] = []
+
+
+def fix_mmap_threshold() -> bool:
+    """Keep glibc's mmap threshold where it starts (once per process; False where there is no
+    glibc). glibc raises the threshold each time a large block is freed, up to 32 MiB; after
+    the first chunks the chunk-sized buffers and arrays then come from the heap instead of
+    their own mappings, and the heap keeps what they fragment: peak RSS grew with the log's
+    length (docs/replay.md, "Figures"). A fixed threshold returns each large block to the
+    system when it is freed. (The same as ``MALLOC_MMAP_THRESHOLD_=131072``.)"""
+    if not _heap_fixed:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            done = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        except (OSError, AttributeError):
+            done = False
+        _heap_fixed.append(done)
+    return _heap_fixed[0]
+
+
 def replay_columnar(
     path: str,
     *,
@@ -382,6 +406,7 @@ def replay_columnar(
     """The agreeing result of a log the columnar checker vouches for; None: the reference
     replay must judge it. ``source`` is the file to read (default ``path``; stdin is spooled
     to a file by the caller), ``path`` the name reports use."""
+    fix_mmap_threshold()
     try:
         return Columnar(path, metrics).run(source or path, lines, bar)
     except Irregular:
