@@ -129,6 +129,8 @@ class RequestTable:
                 if rec.event == "add":
                     if rec.structured is not True and rec.structured is not False:
                         raise Irregular("add without structured")
+                    if rec.drop_stale_output is not msgspec.UNSET:
+                        raise Irregular("drop_stale_output on an add")  # records.validate
                     self._add(rid, line, rec.structured)
                     added.append(hash(rid))
                 else:

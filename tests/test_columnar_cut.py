@@ -137,6 +137,19 @@ def _small_chunks(path: str, lines: object) -> object:
         yield b"".join(parts[i : i + 7])
 
 
+@pytest.mark.parametrize("cut", [False, True])
+def test_an_add_with_a_drop_flag_is_bad_input_whole_or_cut(tmp_path: Path, cut: bool) -> None:
+    """``drop_stale_output`` on an add record is bad input (records.validate): the columnar
+    path must not vouch for such a log, cut or whole."""
+    lines = _log("async")
+    at = _at(lines, b'"event":"add"')
+    lines[at] = lines[at].replace(b'"event":"add"', b'"event":"add","drop_stale_output":true')
+    path = tmp_path / "log.ndjson"
+    path.write_bytes(b"".join(lines[: len(lines) // 2] if cut else lines))
+    fast, _ = same(path)
+    assert (fast.status, fast.checker) == ("bad_input", "reference")
+
+
 def test_a_cut_gzip_stream_is_the_reference_verdict(tmp_path: Path) -> None:
     """A gzip stream itself cut short is bad input (the stream fails ``gzip -t``): the same
     verdict either way (the reference replay reads the stream and reports it)."""
