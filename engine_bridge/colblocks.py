@@ -129,9 +129,10 @@ def block_inputs(mode: Mode, c: BlockColumns) -> tuple[StepInputs[Any, Any], Boo
 
 
 class ShapeTable:
-    """The distinct block shapes of a log (a shape is everything of a block's record but its
-    step and request: its counts, outcome and structured flag), each checked by the rules
-    once, with its legacy counts, and how many blocks had it.
+    """The distinct block shapes of a log, each checked by the rules once, with its legacy
+    counts, and how many blocks had it. A shape is everything the rules read of a block: the
+    record's counts, whether it is applied or dropped stale output, and its request's
+    structured flag (which discarded outcome a record claims is the lifecycle pass's check).
 
     Every check and count depends only on the shape, so the rules run once per shape of the
     whole log (not once per block, nor once per chunk), and the counters are folded at the
