@@ -21,8 +21,9 @@ the same process and run, best of 3, CPU time (``time.process_time``):
 * the decoding alone over the same chunks (``colread.byte_chunks``): the byte scanner
   (``colscan.scan``, with the share of lines it takes) and msgspec's typed ``decode_lines``
   (what the scanner replaces for the lines it takes);
-* the vector part alone: the time spent inside the whole-array checks (colblocks.check_blocks
-  and colseq.check_step_stats) during that replay;
+* the vector part alone: the time spent inside the whole-array checks (colblocks.check_blocks,
+  colseq.check_step_stats and the end-of-log fold `colblocks.ShapeTable.totals`) during that
+  replay;
 * the plain reference replay (``--reference``) on the first ``--reference-records`` records.
 
 Memory: each size runs in a fresh subprocess that replays a ``varied`` log written beforehand
@@ -151,8 +152,10 @@ def replay_timed(path: str) -> tuple[float, float]:
         return run
 
     blocks, stats = colblocks.check_blocks, columnar.check_step_stats
+    totals = colblocks.ShapeTable.totals  # the end-of-log fold over the log's shapes
     columnar.check_blocks = timed(blocks)  # type: ignore[assignment]
     columnar.check_step_stats = timed(stats)  # type: ignore[assignment]
+    colblocks.ShapeTable.totals = timed(totals)  # type: ignore[method-assign]
     try:
         t0 = time.process_time()
         result = replay_file(path, progress=False)
@@ -160,6 +163,7 @@ def replay_timed(path: str) -> tuple[float, float]:
     finally:
         columnar.check_blocks = blocks  # type: ignore[assignment]
         columnar.check_step_stats = stats  # type: ignore[assignment]
+        colblocks.ShapeTable.totals = totals  # type: ignore[method-assign]
     if (result.status, result.checker) != ("agree", "columnar"):
         raise SystemExit(f"replay of {path}: {result.status} by the {result.checker} path")
     return total, spent[0]

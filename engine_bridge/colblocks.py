@@ -39,6 +39,7 @@ from spectally.reference.step import (
 
 from .array_arith import ARRAY_ARITH, Bools, Ints
 from .colread import Irregular
+from .colseq import LANES_MAX, Lanes, lane_words
 from .report import SHIFT_TERMS, shift_terms
 from .translate import delivered_consistent, vllm_accepted
 
@@ -68,11 +69,9 @@ class BlockResult:
     """What the checked blocks add: per-block legacy counts (for the step accounts) and the
     chunk's counters and shift terms."""
 
-    legacy_drafts: Ints
-    legacy_tokens: Ints
-    legacy_accepted: Ints
-    counters: Counters
-    shift: dict[str, int]
+    legacy: tuple[Ints, Ints, Ints] | Lanes  # num_drafts, num_draft_tokens, num_accepted
+    counters: Counters | None  # None: left to the log's `ShapeTable.totals`
+    shift: dict[str, int] | None
 
 
 def _fail(bad: Bools, what: str) -> None:
@@ -129,59 +128,269 @@ def block_inputs(mode: Mode, c: BlockColumns) -> tuple[StepInputs[Any, Any], Boo
     return x, in_forward, verify, refused
 
 
-def check_blocks(mode: Mode, k: int, c: BlockColumns) -> BlockResult:
+class ShapeTable:
+    """The distinct block shapes of a log, each checked by the rules once, with its legacy
+    counts, and how many blocks had it. A shape is everything the rules read of a block: the
+    record's counts, whether it is applied or dropped stale output, and its request's
+    structured flag (which discarded outcome a record claims is the lifecycle pass's check).
+
+    Every check and count depends only on the shape, so the rules run once per shape of the
+    whole log (not once per block, nor once per chunk), and the counters are folded at the
+    end over the shapes, weighted by how many blocks had each (exact: the folds are sums).
+    A block finds its shape through an open-addressing hash table over numpy arrays (one
+    multiply, shift, two gathers and a compare per block; no sort); new shapes (a few per
+    chunk once the log is under way) take a Python dict. Memory: a few arrays per shape;
+    past `MAX_SHAPES` the table is folded and starts afresh, so it is bounded whatever the log.
+    """
+
+    def __init__(self, mode: Mode, k: int) -> None:
+        self.mode, self.k = mode, k
+        width = (k + 3).bit_length()  # counts -1 .. k + 2 -> 0 .. k + 3
+        # 9 counts of `width` bits and 3 flags of one bit (`_key`)
+        self.width = width if 9 * width + 3 <= 63 else 0
+        self.lanes = 3 + k <= LANES_MAX
+        self.folded: list[tuple[Counters, dict[str, int]]] = []  # flushed tables, unpacked chunks
+        self._reset()
+
+    def _reset(self) -> None:
+        self.ids: dict[int, int] = {}
+        self.rows: list[BlockColumns] = []  # the shapes' columns, in id order (in parts)
+        self.pending: list[BlockColumns] = []  # shapes not yet checked by the rules
+        # per id: legacy num_drafts, num_draft_tokens, num_accepted_tokens (packed in
+        # `Lanes` words for a small k: a step's sums are then a few sums of words)
+        words = (3 + self.k + 3) // 4 if self.lanes else 3
+        self.legacy: tuple[Ints, ...] = tuple(np.zeros(0, dtype=np.int64) for _ in range(words))
+        self.weights = np.zeros(0, dtype=np.int64)  # per id: blocks of that shape so far
+        self.slot_keys = np.full(1 << 12, -1, dtype=np.int64)
+        self.slot_ids = np.zeros(1 << 12, dtype=np.int64)
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def _key(self, c: BlockColumns) -> Ints | None:
+        """One int64 per block, equal exactly when the blocks' shapes are: the counts
+        (-1 .. k + 2, shifted to 0 .. k + 3) in fixed-width bit fields, then the three flags
+        one bit each; None when a count does not fit. A column that is the same in every
+        block of the chunk (often: delivered, padding, the flags) adds a constant, so only
+        the varying columns cost a pass each."""
+        width = self.width
+        if not width:
+            return None
+        n = len(c.proposed)
+        constant = 0
+        key: Ints | None = None
+        at = 0  # bit position of the last column added to `key`
+        columns = [(getattr(c, name), width) for name in _COUNT_FIELDS]
+        columns += [(c.applied, 1), (c.structured, 1), (c.stale, 1)]
+        position = 9 * width + 3
+        for column, bits in columns:
+            position -= bits
+            if n == 0:
+                continue
+            low, high = int(column.min()), int(column.max())
+            if bits > 1 and (low < -1 or high > self.k + 2):
+                return None  # a count far above k: checked block by block (and refused there)
+            offset = 1 if bits > 1 else 0
+            if low == high:
+                constant += (low + offset) << position
+                continue
+            constant += offset << position
+            if key is None:
+                key = column.astype(np.int64)
+            else:
+                _shift(key, at - position)
+                key += column
+            at = position
+        if key is None:
+            return np.full(n, constant, dtype=np.int64)
+        _shift(key, at)
+        key += constant  # the exact key, in 0 .. 2**63 - 1 (wrapping on the way is modular)
+        return key
+
+    def _slots(self, key: Ints) -> Ints:
+        bits = len(self.slot_keys).bit_length() - 1
+        mixed = key.view(np.uint64) * _MIX
+        mixed >>= np.uint64(64 - bits)
+        return mixed.view(np.int64)  # < 2**bits: the same value
+
+    def _probe(self, key: Ints) -> Ints:
+        """The shape id of each key found in its slot or the next one; -1 elsewhere."""
+        slots = self._slots(key)
+        ids = self.slot_ids[slots]
+        miss = np.flatnonzero(self.slot_keys[slots] != key)
+        if len(miss):
+            again = (slots[miss] + 1) & (len(self.slot_keys) - 1)
+            hit = self.slot_keys[again] == key[miss]
+            ids[miss] = np.where(hit, self.slot_ids[again], -1)
+        return ids
+
+    def lookup(self, c: BlockColumns) -> Ints | None:
+        """The shape id of every block; None when the counts do not fit a key (the caller
+        checks them unpacked). New shapes are checked by the rules before any verdict
+        (`totals`), and their legacy counts evaluated at once."""
+        key = self._key(c)
+        if key is None:
+            return None
+        ids = self._probe(key)
+        miss = np.flatnonzero(ids < 0)
+        batch = 1024
+        while len(miss):
+            # The shapes of a first batch of misses, then the rest probed again: a chunk's
+            # common shapes are found in its first blocks, so few blocks take the slow path.
+            part, rest = miss[:batch], miss[batch:]
+            ids[part] = self._resolve(c, key, part)
+            if len(rest):
+                ids[rest] = self._probe(key[rest])
+                rest = rest[ids[rest] < 0]
+            miss, batch = rest, 4 * batch
+        self.weights += np.bincount(ids, minlength=len(self.weights))
+        return ids
+
+    def _resolve(self, c: BlockColumns, key: Ints, miss: Ints) -> Ints:
+        """Ids of these blocks (their keys are not in the hash table): known shapes from the
+        dict, new ones added (checked by the rules later, in one batch: `_check_pending`)."""
+        keys, first, inverse = np.unique(key[miss], return_index=True, return_inverse=True)
+        known = self.ids
+        found = np.fromiter((known.get(k, -1) for k in keys.tolist()), np.int64, len(keys))
+        new = np.flatnonzero(found < 0)
+        if len(new):
+            at = miss[first[new]]
+            rows = BlockColumns(*(getattr(c, f.name)[at] for f in fields(BlockColumns)))
+            x, _, _, _ = block_inputs(self.mode, rows)
+            lg = legacy_step(self.mode, x, ARRAY_ARITH)
+            start = len(self.weights)
+            found[new] = np.arange(start, start + len(new))
+            for k, i in zip(keys[new].tolist(), found[new].tolist(), strict=True):
+                known[k] = i
+            self.rows.append(rows)
+            self.pending.append(rows)
+            values = [
+                np.broadcast_to(np.asarray(v, dtype=np.int64), len(new)).copy()
+                for v in (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
+            ]
+            if self.lanes:
+                values = list(lane_words(self.k, *values))
+            self.legacy = tuple(
+                np.concatenate([old, value]) for old, value in zip(self.legacy, values, strict=True)
+            )
+            self.weights = np.concatenate([self.weights, np.zeros(len(new), dtype=np.int64)])
+            self._insert(keys[new], found[new])
+        return found[inverse.reshape(-1)]
+
+    def _check_pending(self) -> None:
+        """The rules over the shapes added since the last call (`Irregular` if one fails)."""
+        if self.pending:
+            _check_rows(self.mode, self.k, _concat(self.pending))
+            self.pending = []
+
+    def _insert(self, keys: Ints, ids: Ints) -> None:
+        if 4 * len(self.ids) > len(self.slot_keys):  # keep the table at most a quarter full
+            size = len(self.slot_keys)
+            while 4 * len(self.ids) > size:
+                size *= 4
+            self.slot_keys = np.full(size, -1, dtype=np.int64)
+            self.slot_ids = np.zeros(size, dtype=np.int64)
+            keys = np.fromiter(self.ids.keys(), np.int64, len(self.ids))
+            ids = np.fromiter(self.ids.values(), np.int64, len(self.ids))
+        slots = self._slots(keys)
+        mask = len(self.slot_keys) - 1
+        # Its own slot, else the next one; first come, first served (a key whose two slots
+        # are both taken is found through the dict only).
+        for probe in range(2):
+            at = (slots + probe) & mask
+            free = self.slot_keys[at] == -1
+            at, keys, ids, slots = at[free], keys[free], ids[free], slots[free]
+            _, first = np.unique(at, return_index=True)
+            self.slot_keys[at[first]] = keys[first]
+            self.slot_ids[at[first]] = ids[first]
+            rest = np.ones(len(at), dtype=np.bool_)
+            rest[first] = False
+            keys, ids, slots = keys[rest], ids[rest], slots[rest]
+
+    # -- totals ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Fold the shapes so far into the totals and start afresh (memory stays bounded)."""
+        self._check_pending()
+        if self.ids:
+            rows = _concat(self.rows)
+            self.folded.append(_fold_rows(self.mode, self.k, rows, self.weights))
+        self._reset()
+
+    def totals(self) -> tuple[Counters, dict[str, int]]:
+        """The counters and shift terms of every block looked up (both profiles)."""
+        self._check_pending()
+        parts = list(self.folded)
+        if self.ids:
+            parts.append(_fold_rows(self.mode, self.k, _concat(self.rows), self.weights))
+        counters = Counters.zero(self.k)
+        shift = dict.fromkeys(SHIFT_TERMS, 0)
+        for part_counters, part_shift in parts:
+            counters = counters.merge(part_counters)
+            for name, value in part_shift.items():
+                shift[name] += value
+        return counters, shift
+
+
+MAX_SHAPES = 1 << 16
+_COUNT_FIELDS = (
+    "proposed",
+    "padding",
+    "grammar_valid",
+    "scheduled",
+    "invalid",
+    "verified",
+    "accepted",
+    "sampled",
+    "delivered",
+)
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the top bits of key * 2**64 / phi
+
+
+def _shift(key: Ints, bits: int) -> None:
+    """``key <<= bits`` in place, modulo 2**64 (unsigned: a negative partial key included)."""
+    unsigned = key.view(np.uint64)
+    np.left_shift(unsigned, np.uint64(bits), out=unsigned)
+
+
+def _concat(parts: list[BlockColumns]) -> BlockColumns:
+    return BlockColumns(
+        *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(BlockColumns))
+    )
+
+
+def check_blocks(
+    mode: Mode, k: int, c: BlockColumns, shapes: ShapeTable | None = None
+) -> BlockResult:
     """Every per-block check of the reference replay, over the whole chunk; `Irregular` if
     any block fails one (or is a pattern the columnar checker leaves to the reference).
 
-    Every check and count depends only on the block's record (its counts, outcome and
-    structured flag), so the rules run once per distinct record shape and the results are
-    weighted by how many blocks share it (exact: the folds are sums)."""
-    key = _shape_key(k, c)
-    if key is None:
-        return _check_rows(mode, k, c, None)
-    first, inverse, counts = _groups(key)
-    rows = BlockColumns(*(getattr(c, f.name)[first] for f in fields(BlockColumns)))
-    result = _check_rows(mode, k, rows, counts)
-    result.legacy_drafts = result.legacy_drafts[inverse]
-    result.legacy_tokens = result.legacy_tokens[inverse]
-    result.legacy_accepted = result.legacy_accepted[inverse]
-    return result
+    With ``shapes`` (the log's `ShapeTable`), the blocks are counted there and the result's
+    counters and shift are left to `ShapeTable.totals` at the end of the log; without, the
+    chunk's own counters and shift are returned."""
+    table = shapes if shapes is not None else ShapeTable(mode, k)
+    ids = table.lookup(c)
+    if ids is None:  # counts that do not fit a key: every block is its own row
+        legacy = _check_rows(mode, k, c)
+        part = _fold_rows(mode, k, c, None)
+        if shapes is not None:
+            shapes.folded.append(part)
+        counters, shift = part if shapes is None else (None, None)
+        return BlockResult((legacy[:, 0], legacy[:, 1], legacy[:, 2]), counters, shift)
+    gathered = tuple(column[ids] for column in table.legacy)
+    per_block: tuple[Ints, Ints, Ints] | Lanes = (
+        Lanes(gathered) if table.lanes else (gathered[0], gathered[1], gathered[2])
+    )
+    if shapes is None:
+        counters, shift = table.totals()
+        return BlockResult(per_block, counters, shift)
+    if len(table.ids) > MAX_SHAPES:
+        table.flush()
+    return BlockResult(per_block, None, None)
 
 
-def _groups(key: Ints) -> tuple[Ints, Ints, Ints]:
-    """``np.unique(key, return_index, return_inverse, return_counts)`` without the ordered
-    unique values (one argsort; several times faster than np.unique on these sizes)."""
-    n = len(key)
-    order = np.argsort(key)
-    ordered = key[order]
-    new = np.empty(n, dtype=np.bool_)
-    new[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    inverse = np.empty(n, dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    counts = np.diff(np.append(starts, n))
-    return order[starts], inverse, counts
-
-
-def _shape_key(k: int, c: BlockColumns) -> Ints | None:
-    """One int64 per block that is equal exactly when the blocks' records are (counts -1..k+2
-    packed in fixed-width bit fields); None when they do not fit in 63 bits."""
-    width = (k + 3).bit_length()
-    columns = [getattr(c, f.name) for f in fields(BlockColumns)]
-    if width * len(columns) > 63:
-        return None
-    key = np.zeros(len(c.proposed), dtype=np.int64)
-    for column in columns:
-        if column.dtype != np.bool_ and len(column) and int(column.max()) > k + 2:
-            return None  # a count far above k: checked block by block (and refused there)
-        key <<= width
-        key |= column.astype(np.int64) + 1  # -1 (null) .. k + 2 -> 0 .. k + 3
-    return key
-
-
-def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> BlockResult:
-    """`check_blocks` over rows that stand for ``weights`` blocks each (None: one each)."""
+def _check_rows(mode: Mode, k: int, c: BlockColumns) -> Ints:
+    """The rules over these rows (`Irregular` if any fails); each row's legacy counts
+    (num_drafts, num_draft_tokens, num_accepted_tokens) as an (n, 3) array."""
     ar = ARRAY_ARITH
     x, in_forward, verify, refused = block_inputs(mode, c)
     _fail(refused, "a record translate.py refuses")
@@ -205,6 +414,21 @@ def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> Bl
         consistent = delivered_consistent(c.applied, c.delivered, c.sampled, ar)
         _fail(present & ~consistent, "delivered contradicts the outcome")
     lg = legacy_step(mode, x, ar)  # discarded blocks: not reported, so zeros
+    out = np.empty((len(n), 3), dtype=np.int64)
+    out[:, 0] = lg.num_drafts
+    out[:, 1] = lg.num_draft_tokens
+    out[:, 2] = lg.num_accepted_tokens
+    return out
+
+
+def _fold_rows(
+    mode: Mode, k: int, c: BlockColumns, weights: Ints | None
+) -> tuple[Counters, dict[str, int]]:
+    """The counters and shift terms of rows (checked by `_check_rows`) that stand for
+    ``weights`` blocks each (None: one each)."""
+    ar = ARRAY_ARITH
+    x, in_forward, _, _ = block_inputs(mode, c)
+    lg = legacy_step(mode, x, ar)
     size = len(c.proposed)
     shift = dict(
         zip(
@@ -216,6 +440,7 @@ def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> Bl
     # A block a lifecycle event discards is folded with nothing accepted and, if it never
     # reached the target, nothing verified (transitions.discard_rule); a dropped stale block
     # keeps its Accept's count, not applied (transitions.accept_rule; x has applied False).
+    closes = c.applied | c.stale
     folded = StepInputs(
         proposed=x.proposed,
         padding=x.padding,
@@ -227,13 +452,7 @@ def _check_rows(mode: Mode, k: int, c: BlockColumns, weights: Ints | None) -> Bl
         applied=x.applied,
         legacy_reported=x.legacy_reported,
     )
-    return BlockResult(
-        np.asarray(lg.num_drafts, dtype=np.int64),
-        np.asarray(lg.num_draft_tokens, dtype=np.int64),
-        np.asarray(lg.num_accepted_tokens, dtype=np.int64),
-        fold_counters(mode, k, folded, weights),
-        shift,
-    )
+    return fold_counters(mode, k, folded, weights), shift
 
 
 def fold_counters(

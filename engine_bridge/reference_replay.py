@@ -41,7 +41,16 @@ from spectally.reference.step import (
 from .accounts import Claim, Held, StepAccount, StopReplay, event_text, metrics_divergence
 from .profiles import check_profile, no_profile_reason, resolve
 from .records import BadInput, Record, parse_line
-from .report import LEGACY_FIELDS, Divergence, Tally, column, fmt, rows, shift_terms
+from .report import (
+    LEGACY_FIELDS,
+    Divergence,
+    Tally,
+    column,
+    fmt,
+    rows,
+    shift_terms,
+    stats_not_compared,
+)
 from .translate import (
     DISCARDED_OUTCOMES,
     Header,
@@ -382,9 +391,7 @@ class Replayer:
         if account.empty() and account.tainted is None:
             return
         if last:
-            self.notes.append(
-                f"step {account.step}: step_stats not compared (the log ends before them)"
-            )
+            self.notes.append(stats_not_compared(account.step))
             return
         self._compare_account(account, None, None, (0, 0, 0, [0] * self.k))
 

@@ -250,6 +250,12 @@ class Tally:
     open_requests: int | None = None
 
 
+def stats_not_compared(step: int) -> str:
+    """The note for the last step of a log cut before its totals record whose blocks count
+    something but whose step_stats never came (both checkers write it)."""
+    return f"step {step}: step_stats not compared (the log ends before them)"
+
+
 def make_summary(
     path: str, header: Header, tally: Tally, totals: Counters, forced: str | None = None
 ) -> dict[str, Any]:

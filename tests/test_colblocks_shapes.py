@@ -1,0 +1,178 @@
+"""The shape table of the columnar checker (colblocks.ShapeTable) against the rules evaluated
+block by block: the same legacy counts per block, the same counters and shift terms, through
+hash collisions, the dict-only path, a table flushed when it grows, keys that do not fit,
+and legacy counts packed in lanes (colseq.Lanes) or not."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from spectally.engine_bridge import colblocks, colseq, columnar, synth_varied
+from spectally.engine_bridge.colblocks import BlockColumns, ShapeTable
+from spectally.engine_bridge.colread import Irregular
+from spectally.engine_bridge.colseq import Lanes, StatsColumns
+from spectally.reference.counters import Counters
+from spectally.reference.step import Mode
+from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
+
+
+def _chunks(tmp_path: Path, k: int, mode: str = "async") -> tuple[Mode, list[BlockColumns]]:
+    """The block columns the columnar checker builds for a generated log, per chunk of a few
+    hundred lines."""
+    lines = list(
+        synth_varied.lines(3000, mode=mode, k=k, min_batch=8, max_batch=40, seed=k, av=True)
+    )
+    path = tmp_path / "log.ndjson"
+    path.write_bytes(b"".join(lines))
+    seen: list[BlockColumns] = []
+    original = colblocks.check_blocks
+
+    def spy(mode: Mode, k: int, c: BlockColumns, shapes: Any = None) -> Any:
+        seen.append(c)
+        return original(mode, k, c, shapes)
+
+    def small(source: str, lines: Any) -> Any:
+        parts = Path(source).read_bytes().splitlines(True)
+        for i in range(0, len(parts), 300):
+            yield b"".join(parts[i : i + 300])
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(columnar, "check_blocks", spy)
+        mp.setattr(columnar, "byte_chunks", small)
+        result = columnar.Columnar(str(path), None).run(str(path), None, None)
+    assert result.status == "agree"
+    return Mode(mode), seen
+
+
+def _plain(mode: Mode, k: int, chunks: list[BlockColumns]) -> tuple[Any, ...]:
+    """Every block its own row: `_check_rows` and `_fold_rows`, no table."""
+    legacy = [colblocks._check_rows(mode, k, c) for c in chunks]
+    counters = Counters.zero(k)
+    shift: dict[str, int] = {}
+    for c in chunks:
+        part, terms = colblocks._fold_rows(mode, k, c, None)
+        counters = counters.merge(part)
+        for name, value in terms.items():
+            shift[name] = shift.get(name, 0) + value
+    return legacy, counters, shift
+
+
+def _through_table(table: ShapeTable, mode: Mode, k: int, chunks: list[BlockColumns]) -> Any:
+    legacy = []
+    for c in chunks:
+        result = colblocks.check_blocks(mode, k, c, table)
+        per_block = result.legacy
+        if isinstance(per_block, Lanes):
+            per_block = per_block.unpacked(k)
+        legacy.append(np.stack(per_block, axis=1))
+    counters, shift = table.totals()
+    return legacy, counters, shift
+
+
+@pytest.mark.parametrize("k", [3, 8, 20])
+@pytest.mark.parametrize("table_size", [4, 1 << 12])
+def test_the_table_gives_what_the_rules_give_block_by_block(
+    tmp_path: Path, k: int, table_size: int
+) -> None:
+    mode, chunks = _chunks(tmp_path, k)
+    legacy, counters, shift = _plain(mode, k, chunks)
+    table = ShapeTable(mode, k)
+    table.slot_keys = np.full(table_size, -1, dtype=np.int64)  # tiny: collisions, rehashes
+    table.slot_ids = np.zeros(table_size, dtype=np.int64)
+    got_legacy, got_counters, got_shift = _through_table(table, mode, k, chunks)
+    for want, got in zip(legacy, got_legacy, strict=True):
+        assert (want == got).all()
+    assert got_counters == counters
+    assert got_shift == shift
+    assert table.lanes is (k <= 13)
+
+
+@pytest.mark.parametrize("k", [3, 8])
+def test_a_blocks_key_does_not_depend_on_its_chunk(tmp_path: Path, k: int) -> None:
+    """Columns constant over a chunk are folded into one constant: the key of a block is the
+    same whatever else the chunk holds (else one shape could take two keys, or two shapes
+    one key)."""
+    mode, chunks = _chunks(tmp_path, k)
+    table = ShapeTable(mode, k)
+    for c in chunks[:3]:
+        keys = table._key(c)
+        assert keys is not None
+        for i in range(0, len(keys), max(1, len(keys) // 25)):
+            alone = BlockColumns(*(getattr(c, f.name)[i : i + 1] for f in fields(BlockColumns)))
+            assert table._key(alone) == keys[i : i + 1]
+
+
+def test_shapes_found_through_the_dict_only(tmp_path: Path) -> None:
+    """Keys whose two slots are taken by other keys are found through the dict."""
+    mode, chunks = _chunks(tmp_path, 4)
+    want = _plain(mode, 4, chunks)
+    table = ShapeTable(mode, 4)
+    original = table._insert
+    table._insert = lambda keys, ids: original(keys[:1], ids[:1])  # type: ignore[method-assign]
+    got = _through_table(table, mode, 4, chunks)
+    assert all((a == b).all() for a, b in zip(want[0], got[0], strict=True))
+    assert got[1:] == want[1:]
+    assert len(table.ids) > int((table.slot_keys >= 0).sum())
+
+
+def test_a_full_table_is_folded_and_started_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mode, chunks = _chunks(tmp_path, 8)
+    want = _plain(mode, 8, chunks)
+    monkeypatch.setattr(colblocks, "MAX_SHAPES", 5)
+    table = ShapeTable(mode, 8)
+    got = _through_table(table, mode, 8, chunks)
+    assert len(table.folded) > 1
+    assert got[1:] == want[1:]
+
+
+def test_a_bad_new_shape_is_refused_before_any_verdict(tmp_path: Path) -> None:
+    mode, chunks = _chunks(tmp_path, 4)
+    bad = BlockColumns(*(getattr(chunks[0], f.name).copy() for f in fields(BlockColumns)))
+    bad.scheduled[0] += 1  # scheduled above what the rules give
+    table = ShapeTable(mode, 4)
+    colblocks.check_blocks(mode, 4, bad, table)  # its rules run in one batch, later
+    with pytest.raises(Irregular):
+        table.totals()
+
+
+@pytest.mark.parametrize("k", [20, 64])
+def test_logs_without_lanes_or_keys(tmp_path: Path, k: int) -> None:
+    """k = 20: the legacy counts are not packed; k = 64: the counts do not fit a 63-bit key
+    (every block is its own row). Same verdict as the reference, on the columnar path."""
+    lines = synth_varied.lines(400, mode="async", k=k, min_batch=4, max_batch=12, seed=2)
+    path = tmp_path / "log.ndjson"
+    path.write_bytes(b"".join(lines))
+    fast, _ = same(path)
+    assert (fast.status, fast.checker) == ("agree", "columnar")
+
+
+def test_a_step_too_long_for_the_lanes() -> None:
+    """A step whose lane sums could pass 2**16 is summed unpacked: the same verdicts."""
+    k = 8
+    n = 8200  # 8200 * k > 2**16: the token lane's sum would overflow
+    drafts = np.ones(n, dtype=np.int64)
+    tokens = np.full(n, k, dtype=np.int64)
+    accepted = np.full(n, k, dtype=np.int64)
+    lanes = Lanes(colseq.lane_words(k, drafts, tokens, accepted))
+    steps = np.full(n, 7, dtype=np.int64)
+    lines = np.arange(n, dtype=np.int64)
+    outcomes = []
+    for values in ([n, n * k, n * k, *[n] * k], [n, n * k, n * k - 1, *[n] * k]):
+        stats = StatsColumns(np.array([7]), np.array([n]), np.array([values], dtype=np.int64))
+        verdicts = []
+        for legacy in (lanes, (drafts, tokens, accepted)):
+            try:
+                colseq.check_step_stats(k, steps, lines, legacy, stats)
+                verdicts.append("ok")
+            except Irregular:
+                verdicts.append("refused")
+        assert verdicts[0] == verdicts[1]
+        outcomes.append(verdicts[0])
+    assert outcomes == ["ok", "refused"]
+    assert lanes.unpacked(k)[1].tolist() == tokens.tolist()
