@@ -55,7 +55,7 @@ from .colseq import (
 )
 from .limits import MAX_LINE_BYTES
 from .profiles import resolve
-from .records import BadInput, Record, parse_line
+from .records import BadInput, Record, exported_counters, parse_line
 from .reference_replay import metrics_divergence
 from .report import ReplayResult, Tally, make_summary, stats_not_compared
 from .translate import Header
@@ -306,12 +306,7 @@ class Columnar:
         )
         if self.totals_record is not None:
             _, rec = self.totals_record
-            actual = (
-                rec["num_drafts"],
-                rec["num_draft_tokens"],
-                rec["num_accepted_tokens"],
-                rec["num_accepted_tokens_per_pos"],
-            )
+            actual = exported_counters(rec)
             if actual != ref:
                 raise Irregular("totals differ")
             self.tally.checked += 1

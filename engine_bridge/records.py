@@ -244,6 +244,17 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
 # stdin, gzip, bounded line length, strict bytes (no stray BOM, no surrogates), bounded nesting.
 
 
+def exported_counters(rec: Record) -> tuple[Any, Any, Any, Any]:
+    """A step_stats or totals record's four exported counters (drafts, draft tokens, accepted
+    tokens, accepted per position), in the order both checkers compare them."""
+    return (
+        rec["num_drafts"],
+        rec["num_draft_tokens"],
+        rec["num_accepted_tokens"],
+        rec["num_accepted_tokens_per_pos"],
+    )
+
+
 def parse_line(path: str, lineno: int, line: bytes, has_newline: bool) -> Record:
     """Decode and validate one line; raise `BadInput` with file:line:column otherwise.
 

@@ -40,7 +40,7 @@ from spectally.reference.step import (
 
 from .accounts import Claim, Held, StepAccount, StopReplay, event_text, metrics_divergence
 from .profiles import check_profile, no_profile_reason, resolve
-from .records import BadInput, Record, parse_line
+from .records import BadInput, Record, exported_counters, parse_line
 from .report import (
     LEGACY_FIELDS,
     Divergence,
@@ -380,12 +380,7 @@ class Replayer:
         self.account = None
         if account.stats is not None:
             line, rec = account.stats
-            actual = (
-                rec["num_drafts"],
-                rec["num_draft_tokens"],
-                rec["num_accepted_tokens"],
-                rec["num_accepted_tokens_per_pos"],
-            )
+            actual = exported_counters(rec)
             self._compare_account(account, line, rec, actual)
             return
         if account.empty() and account.tainted is None:
