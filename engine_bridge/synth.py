@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 Record = dict[str, Any]
@@ -126,6 +126,16 @@ def generate(
     }
 
 
+def schedulable(
+    sync: bool, structured: bool, proposed: int, padding: int, grammar_valid: int | None
+) -> tuple[int, int]:
+    """(drafts kept for the schedule, slots offered to it): sync structured proposals are cut
+    by the grammar first; otherwise every draft and placeholder slot is offered."""
+    kept = grammar_valid if (structured and sync and grammar_valid is not None) else proposed
+    offered = kept if (structured and sync) else proposed + padding
+    return kept, offered
+
+
 def _block(
     rng: random.Random, step: int, rid: str, structured: bool, k: int, mode: str, av: bool
 ) -> Record:
@@ -134,12 +144,7 @@ def _block(
     grammar_valid: int | None = None
     if structured:
         grammar_valid = proposed if rng.random() < 0.6 else rng.randint(0, proposed)
-    kept = (
-        grammar_valid
-        if (structured and mode == "sync" and grammar_valid is not None)
-        else (proposed)
-    )
-    offered = kept if (structured and mode == "sync") else proposed + padding
+    kept, offered = schedulable(mode == "sync", structured, proposed, padding, grammar_valid)
     scheduled = offered if rng.random() < 0.95 else rng.randint(0, offered)
     scheduled_drafts = min(kept, scheduled)
     return engine_block(
@@ -240,8 +245,14 @@ def engine_block(
     }
 
 
-def lines(n_records: int, **kwargs: Any) -> Iterator[bytes]:
-    """The records of `generate` as NDJSON lines (bytes, newline included)."""
+def as_lines(records: Iterable[Record]) -> Iterator[bytes]:
+    """Records as NDJSON lines the way the recorder writes them (compact separators; bytes,
+    newline included)."""
     dumps = json.JSONEncoder(separators=(",", ":")).encode
-    for rec in generate(n_records, **kwargs):
+    for rec in records:
         yield (dumps(rec) + "\n").encode()
+
+
+def lines(n_records: int, **kwargs: Any) -> Iterator[bytes]:
+    """The records of `generate` as NDJSON lines."""
+    return as_lines(generate(n_records, **kwargs))

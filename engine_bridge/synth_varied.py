@@ -22,12 +22,11 @@ independently of the reference. Memory: the running requests only.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from typing import Any
 
-from .synth import close_step, engine_block
+from .synth import as_lines, close_step, engine_block, schedulable
 
 Record = dict[str, Any]
 
@@ -201,8 +200,7 @@ def _block(
     if structured:
         grammar_valid = proposed if rng.random() < 0.5 else rng.randint(0, proposed)
     sync = mode == "sync"
-    kept = grammar_valid if (structured and sync and grammar_valid is not None) else proposed
-    offered = kept if (structured and sync) else proposed + padding
+    kept, offered = schedulable(sync, structured, proposed, padding, grammar_valid)
     scheduled = rng.randint(0, offered) if budget_cut and rng.random() < 0.5 else offered
     scheduled_drafts = min(kept, scheduled)
     return engine_block(
@@ -223,7 +221,5 @@ def _block(
 
 
 def lines(n_records: int, **kwargs: Any) -> Iterator[bytes]:
-    """The records of `generate` as NDJSON lines (bytes, newline included)."""
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
-    for rec in generate(n_records, **kwargs):
-        yield (dumps(rec) + "\n").encode()
+    """The records of `generate` as NDJSON lines."""
+    return as_lines(generate(n_records, **kwargs))
