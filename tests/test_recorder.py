@@ -259,6 +259,18 @@ def test_live_sinks_see_every_block_without_waiting_for_the_order_buffer(
     _check(engine, records)
 
 
+def _abort_in_flight_at_step_4(engine: Any, rid: str) -> tuple[list[Any], list[Any]]:
+    """Three steps, then ``rid`` aborted between step 4's forward pass and its output; run
+    to the end. Returns the log's records and ``rid``'s request_step records."""
+    for _ in range(3):
+        engine.step()
+    engine.step(abort_in_flight=(rid,))
+    _run_until_idle(engine)
+    records = _finish(engine)
+    blocks = [r for r in records if r["record"] == "request_step" and r["request"] == rid]
+    return records, blocks
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_abort_after_the_forward_pass_before_its_output_is_processed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
@@ -272,12 +284,7 @@ def test_abort_after_the_forward_pass_before_its_output_is_processed(
     engine = _engine(tmp_path, monkeypatch, mode)
     engine.add("a", 200)
     engine.add("b", 200)
-    for _ in range(3):
-        engine.step()
-    engine.step(abort_in_flight=("a",))
-    _run_until_idle(engine)
-    records = _finish(engine)
-    blocks = [r for r in records if r["record"] == "request_step" and r["request"] == "a"]
+    records, blocks = _abort_in_flight_at_step_4(engine, "a")
     in_flight = [b for b in blocks if b["outcome"] == "discarded_aborted" and b["scheduled"] > 0]
     assert in_flight and in_flight[0]["sampled"] > 0 and in_flight[0]["delivered"] == 0
     if mode == "sync":  # the drafter's proposal made in that forward pass, never scheduled
@@ -297,12 +304,7 @@ def test_abort_after_a_forward_pass_without_drafts(
     engine = _engine(tmp_path, monkeypatch, "sync")
     engine.add("s", 200, grammar_keep=0)
     engine.add("p", 200)
-    for _ in range(3):
-        engine.step()
-    engine.step(abort_in_flight=("s",))
-    _run_until_idle(engine)
-    records = _finish(engine)
-    blocks = [r for r in records if r["record"] == "request_step" and r["request"] == "s"]
+    records, blocks = _abort_in_flight_at_step_4(engine, "s")
     hit = [b for b in blocks if b["outcome"] == "discarded_aborted" and b["sampled"] > 0]
     assert hit and hit[0]["scheduled"] == 0 and hit[0]["grammar_valid"] == 0
     assert any(b["step"] == hit[0]["step"] + 1 for b in blocks)
