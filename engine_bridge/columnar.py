@@ -227,14 +227,10 @@ class Columnar:
             walk = applied & (block_lines > after[block_rid])
             if walk.any():
                 order = np.sort(np.concatenate([order, rs_at[walk]]))
-        walked = [(int(lines[i]), events.get(i)) for i in order.tolist()]
-        done = table.lifecycle(
-            [
-                (line, records.record(i) if rec is None else rec)
-                for (line, rec), i in zip(walked, order.tolist(), strict=True)
-            ],
-            self.last_step,
-        )
+        walked = [
+            (int(lines[i]), events[i] if i in events else records.record(i)) for i in order.tolist()
+        ]
+        done = table.lifecycle(walked, self.last_step)
         self.tally.requests = table.requests
         slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[block_rid]
         check_block_order(slot, block_lines, table)
