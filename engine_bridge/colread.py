@@ -25,11 +25,12 @@ through `records.iter_lines`, which reports stream errors with their messages.
 from __future__ import annotations
 
 import gzip
+import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import Annotated, Any, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal, cast
 
 import msgspec
 import numpy as np
@@ -144,35 +145,47 @@ def open_log(path: str) -> BinaryIO:
         raise Irregular(str(exc)) from None
 
 
-def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> Iterator[bytes]:
+def byte_chunks(
+    path: str, lines: Sequence[tuple[int, bytes, bool]] | None
+) -> Iterator[bytes | memoryview]:
     """The log's bytes in chunks of whole lines (each ends with a newline, except perhaps the
     last). A stream error (corrupt gzip, unreadable file) is `Irregular`: the reference replay
-    reads the log again and reports it."""
+    reads the log again and reports it.
+
+    The chunks of a stream are views of one buffer that the next chunk overwrites (read into
+    with ``readinto``: no fresh memory, so no page faults and no copy per chunk); a chunk is
+    valid until the generator is resumed."""
     if lines is not None:
         for start in range(0, len(lines), 1 << 15):
             part = lines[start : start + (1 << 15)]
             yield b"".join(raw + b"\n" if nl else raw for _, raw, nl in part)
         return
+    # A partial line (at most MAX_LINE_BYTES, else Irregular) carried to the buffer's front,
+    # then at most CHUNK_BYTES read after it.
+    buffer = bytearray(MAX_LINE_BYTES + 1 + CHUNK_BYTES)
+    view = memoryview(buffer)
     stream = open_log(path)
-    rest = b""
+    rest = 0  # bytes of the partial line at the buffer's front
     try:
         while True:
             try:
-                block = stream.read(CHUNK_BYTES)
+                got = cast(io.BufferedIOBase, stream).readinto(view[rest : rest + CHUNK_BYTES])
             except (EOFError, OSError, gzip.BadGzipFile) as exc:
                 raise Irregular(f"stream error: {exc}") from None
-            if not block:
+            if not got:
                 if rest:
-                    yield rest
+                    yield view[:rest]
                 return
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                rest += block
-                if len(rest) > MAX_LINE_BYTES:  # memory stays bounded whatever one line says
+            filled = rest + got
+            cut = buffer.rfind(b"\n", rest, filled) + 1
+            if cut == 0:
+                rest = filled
+                if rest > MAX_LINE_BYTES:  # memory stays bounded whatever one line says
                     raise Irregular("a line over the limit")
                 continue
-            yield rest + memoryview(block)[: cut + 1]  # one copy of the block, not two
-            rest = block[cut + 1 :]
+            yield view[:cut]
+            view[: filled - cut] = buffer[cut:filled]
+            rest = filled - cut
     finally:
         close_stream(stream)
 
@@ -333,15 +346,6 @@ def _from_dict(rec: Record) -> Any:
 
 OUTCOME_CODE = {name: code for code, name in enumerate(OUTCOMES)}
 SCAN = True  # False: every line through the typed decoder (benchmarks, tests)
-_NO_INTS = np.zeros(0, dtype=np.int64)
-_NOTHING_TAKEN = (
-    _NO_INTS,
-    _NO_INTS,
-    np.zeros(0, dtype=np.bool_),
-    np.zeros((0, len(COLUMNS)), dtype=np.int64),
-    _NO_INTS,
-    _NO_INTS,
-)
 _BLOCK_FIELDS = attrgetter(*COLUMNS)
 _STEP = attrgetter("step")
 
@@ -428,41 +432,42 @@ def empty_lines() -> Lines:
     )
 
 
-def decode_columns(path: str, first_line: int, chunk: bytes) -> Lines:
+def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lines:
     """Decode one chunk of whole lines into columns: the canonical request_step lines
     straight from the bytes (`colscan.scan`), every other line through `decode_chunk` (the
     typed decoder, or `records.parse_line`; `Irregular` where either refuses). The columns
-    are the ones the typed decoder's structs give, line for line."""
-    if not SCAN:
-        scan = colscan.Scan(*_NOTHING_TAKEN, [])
-        n = chunk.count(b"\n") + (len(chunk) > 0 and not chunk.endswith(b"\n"))
-        scan.taken = np.zeros(n, dtype=np.bool_)
-    else:
+    are the ones the typed decoder's structs give, line for line. ``chunk`` is only read
+    during the call (`byte_chunks` reuses its buffer)."""
+    if SCAN and colscan.AVAILABLE:
         scan = colscan.scan(chunk)
-        n = len(scan.starts)
-    taken = scan.taken
-    values = np.zeros((n, len(COLUMNS)), dtype=np.int64)
-    values[taken] = scan.values
-    outcome = np.full(n, -1, dtype=np.int64)
-    outcome[taken] = scan.outcome
-    rid = np.full(n, -1, dtype=np.int64)
-    rid[taken] = scan.rid
-    kinds = np.zeros(n, dtype=np.int8)  # taken lines are request_step lines
-    lines = Lines(kinds, values, outcome, rid, scan.ids, {})
-    rest = np.flatnonzero(~taken)
-    if len(rest) == 0:
-        return lines
-    if len(rest) == n:
-        text = chunk
+        lines = Lines(
+            np.zeros(len(scan.taken), np.int8), scan.values, scan.outcome, scan.rid, scan.ids, {}
+        )
+        rest = np.flatnonzero(~scan.taken)
+        if len(rest) == 0:
+            return lines
+        text = bytes(chunk)
+        if len(rest) < len(scan.taken):
+            bounds = zip(scan.starts[rest].tolist(), (scan.stops[rest] + 1).tolist(), strict=True)
+            text = b"".join([text[a:b] for a, b in bounds])
     else:
-        bounds = zip(scan.starts[rest].tolist(), (scan.stops[rest] + 1).tolist(), strict=True)
-        text = b"".join([chunk[a:b] for a, b in bounds])
+        text = bytes(chunk)
+        n = text.count(b"\n") + (len(text) > 0 and not text.endswith(b"\n"))
+        lines = Lines(
+            np.zeros(n, np.int8),
+            np.zeros((n, len(COLUMNS)), np.int64),
+            np.full(n, -1, np.int64),
+            np.full(n, -1, np.int64),
+            [],
+            {},
+        )
+        rest = np.arange(n, dtype=np.int64)
     records, rest_kinds = decode_chunk(path, first_line + int(rest[0]), text)
-    kinds[rest] = rest_kinds
+    lines.kinds[rest] = rest_kinds
     lines.objs = dict(zip(rest.tolist(), records, strict=True))
     has_step = rest_kinds <= 2  # request_step, request, step_stats
     stepped = itemgetter_list(records, np.flatnonzero(has_step))
-    values[rest[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
+    lines.values[rest[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
     at = np.flatnonzero(rest_kinds == 0)
     if len(at):
         _block_rows(lines, rest[at], itemgetter_list(records, at))

@@ -1,4 +1,4 @@
-"""Columns straight from the bytes for canonical ``request_step`` lines.
+"""Columns straight from the bytes for canonical ``request_step`` lines (a compiled scanner).
 
 Both writers of step logs in this project (the recorder, ``vllm/steplog.py``: ``Block.record``
 + ``json.dumps(separators=(",", ":"))``, and the generators ``synth.py`` /
@@ -9,11 +9,11 @@ Both writers of step logs in this project (the recorder, ``vllm/steplog.py``: ``
      "outcome":"O"}                      (one line, no whitespace; ``,"delivered":N`` may
                                           come before the closing brace)
 
-`scan` recognises such lines in a chunk of whole lines by their exact byte skeleton, with
-numpy whole-array operations (no loop over lines), and reads their values from the bytes.
-Every other line (other record kinds, other key orders, whitespace, escapes, ...) is left
-to the typed decoder (colread.py), so the scanner only has to be exact on what it takes:
-a line is taken only if msgspec's typed decoder and the reference decoder
+`scan` walks a chunk of whole lines once, byte by byte, in a loop that numba compiles to
+machine code (`_scan_lines`), recognises such lines by their exact byte skeleton and reads
+their values. Every other line (other record kinds, other key orders, whitespace, escapes,
+...) is left to the typed decoder (colread.py), so the scanner only has to be exact on what
+it takes: a line is taken only if msgspec's typed decoder and the reference decoder
 (`records.parse_line`) both accept it with the same values:
 
 * the keys exactly as above, in that order, each once, no whitespace anywhere;
@@ -21,25 +21,41 @@ a line is taken only if msgspec's typed decoder and the reference decoder
   at most 18 digits (so below 2**63 - 1, the limit of both decoders; longer ones are left
   to them), ``null`` only in the nullable fields (grammar_valid, invalid, verified,
   delivered);
-* the request id non-empty, printable ASCII without ``"`` or ``\\`` (escapes, control
-  characters and non-ASCII are left to the decoders), shorter than `ID_WINDOWS`' last;
+* the request id 1 to `MAX_ID_BYTES` bytes of printable ASCII without ``"`` or ``\\``
+  (escapes, control characters and non-ASCII are left to the decoders);
 * the outcome one of `OUTCOMES`; the line ends right after the closing brace.
 
-Request ids: each distinct id of the chunk becomes one Python ``str`` (ids are hashed over
-their bytes; every id is then compared byte for byte with its hash class's first id, so a
-collision can never merge two ids: on one, the ids are sorted by their bytes instead).
+Request ids: each distinct id of the chunk becomes one Python ``str``. Ids are hashed over
+their bytes into an open-addressing table, and an id joins a class only after a byte-for-byte
+comparison with the class's first id, so a hash collision can never merge two ids.
+
+Why numba: the scanner is a byte loop, which numpy can only run as dozens of passes over the
+whole chunk (the scanner this replaced: about 1.5 µs a line, as slow as msgspec's typed
+decode); compiled, it is one pass (docs/replay.md, "Figures"). numba compiles the same Python
+source (the kernel below runs unchanged as plain Python, which the tests use to check the
+compiled code against), is a dependency vLLM itself installs, and caches the machine code
+beside this module (``cache=True``), so only the first run on a machine pays the compile.
+Where numba cannot be imported, `AVAILABLE` is False and colread.py sends every line to the
+typed decoder: slower, and exactly as exact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 
+try:
+    import numba
+except ImportError:  # pragma: no cover - numba is a dependency of spectally[bridge]
+    numba = None  # type: ignore[assignment]
+
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Bools = np.ndarray[Any, np.dtype[np.bool_]]
-Bytes2D = np.ndarray[Any, np.dtype[np.uint8]]
+Bytes = np.ndarray[Any, np.dtype[np.uint8]]
+Words = np.ndarray[Any, np.dtype[np.uint64]]
 
 OUTCOMES = (
     "applied",
@@ -63,55 +79,21 @@ COLUMNS = (
 )
 NULL = -1  # a null value (grammar_valid, invalid, verified, delivered)
 ABSENT = -2  # no delivered key in the line
-
-_PREFIX = b'{"record":"request_step","step":'
-_REQUEST = b',"request":"'
-# The keys after the id, each with whether its value may be null, as the writers order them.
-_FIELDS = (
-    (b'","proposed":', False),
-    (b',"padding":', False),
-    (b',"grammar_valid":', True),
-    (b',"scheduled":', False),
-    (b',"invalid":', True),
-    (b',"verified":', True),
-    (b',"sampled":', False),
-    (b',"accepted":', False),
-)
-_OUTCOME = b',"outcome":"'
-_DELIVERED = b',"delivered":'
 MAX_DIGITS = 18  # 10**18 - 1 < 2**63 - 1: no value the scanner takes is over the limit
-ID_WINDOWS = (48, 256)  # bytes searched for an id's closing quote (longer ids: the decoder)
-_PAD = 512  # zero bytes after the chunk, so every window read stays inside the buffer
-_HASH_MUL = np.uint64(0x9E3779B97F4A7C15)
+MAX_ID_BYTES = 255  # longer ids are left to the decoders
+HASH_MUL = 0x100000001B3  # FNV-1a's prime (a module global so a test can force collisions)
+_HASH_START = 0xCBF29CE484222325  # FNV-1a's offset basis
 
-
-GROUP = 8192  # lines read together: their bytes stay in the CPU cache across the reads
-
-_U = np.uint64
-_LOW = _U(0x0F0F0F0F0F0F0F0F)
-_HIGH = _U(0xF0F0F0F0F0F0F0F0)
-_THREES = _U(0x3030303030303030)
-_SIXES = _U(0x0606060606060606)
-_ONES = _U(0x0101010101010101)
-_PAIRS = _U(0x000000FF000000FF)
-_MUL1 = _U(100 + (1000000 << 32))
-_MUL2 = _U(1 + (10000 << 32))
-_LOW32 = _U(0xFFFFFFFF)
-_NULL_WORD = _U(int.from_bytes(b"null", "little"))
-_ZERO_CHAR = _U(0x30)
-_FIRST = _U(0xFF)
-_LOW_NIBBLE = _U(0x0F)
-_SPACE = np.uint8(0x20)
-_PRINTABLE = np.uint8(0x7F - 0x20)  # (byte - 0x20) below this: 0x20..0x7E (it wraps below)
-Words = np.ndarray[Any, np.dtype[np.uint64]]
+AVAILABLE = numba is not None
 
 
 @dataclass
 class Scan:
-    """One chunk, scanned. Per line: ``starts`` (first byte), ``stops`` (its newline, or the
-    chunk's end), ``taken``. Per taken line, in line order: ``values`` (one column per
-    `COLUMNS` name; `NULL`, delivered `ABSENT`), ``outcome`` (index in `OUTCOMES`), ``rid``
-    (index in ``ids``: one str per distinct request id)."""
+    """One chunk, scanned; every array has one entry (row) per line. ``starts`` (first byte),
+    ``stops`` (its newline, or the chunk's end), ``taken``; for a taken line ``values`` (one
+    column per `COLUMNS` name; `NULL`, delivered `ABSENT`), ``outcome`` (index in
+    `OUTCOMES`) and ``rid`` (index in ``ids``: one str per distinct request id); a line not
+    taken has zero values and outcome and rid -1."""
 
     starts: Ints
     stops: Ints
@@ -122,286 +104,253 @@ class Scan:
     ids: list[str]
 
 
-class _Pattern:
-    """A literal as masked 64-bit words, compared with the first bytes of a window's rows."""
-
-    def __init__(self, literal: bytes, width: int) -> None:
-        self.size = len(literal)
-        self.words = np.frombuffer(literal.ljust(width, b"\0"), dtype="<u8")
-        self.masks = np.frombuffer((b"\xff" * len(literal)).ljust(width, b"\0"), dtype="<u8")
-
-    def match(self, rows: Words) -> Bools:
-        acc = (rows[:, 0] & self.masks[0]) ^ self.words[0]
-        for j in range(1, -(-self.size // 8)):
-            acc |= (rows[:, j] & self.masks[j]) ^ self.words[j]
-        same: Bools = acc == 0
-        return same
+# -- the byte skeleton, as masked little-endian 64-bit words -----------------------------------
 
 
-class _Buffer:
-    """The chunk followed by `_PAD` zero bytes, read through windows of fixed width."""
-
-    def __init__(self, chunk: bytes) -> None:
-        self.size = len(chunk)
-        self.raw = chunk + bytes(_PAD)
-        self.data = np.frombuffer(self.raw, dtype=np.uint8)
-        self.views: dict[int, np.ndarray[Any, Any]] = {}
-
-    def window(self, at: Ints, width: int) -> Bytes2D:
-        """Row i: the ``width`` bytes from ``at[i]`` (positions past the chunk read zeros)."""
-        view = self.views.get(width)
-        if view is None:
-            view = np.ndarray(
-                (len(self.raw) - width + 1,), dtype=f"S{width}", buffer=self.raw, strides=(1,)
-            )
-            self.views[width] = view
-        rows: Bytes2D = view[np.minimum(at, self.size)].view(np.uint8).reshape(-1, width)
-        return rows
-
-    def words(self, at: Ints, width: int) -> Words:
-        """`window` as 64-bit little-endian words (``width`` a multiple of 8)."""
-        words: Words = self.window(at, width).view("<u8")
-        return words
-
-    def byte(self, at: Ints) -> Bytes2D:
-        found: Bytes2D = self.data[np.minimum(at, self.size)]
-        return found
-
-    def long_integer(self, at: Ints, nullable: bool) -> tuple[Ints, Ints, Bools]:
-        """A JSON integer (or ``null`` where ``nullable``) at each position, up to 18 digits:
-        its value (`NULL` for null), the position after it, and whether the scanner takes it.
-        (The general form of `_integer`, for the few integers of 8 digits or more.)"""
-        digits = self.window(at, MAX_DIGITS + 1) - np.uint8(48)  # wraps: non-digits >= 10
-        is_digit = digits < 10
-        length = np.where(is_digit.all(axis=1), MAX_DIGITS + 1, is_digit.argmin(axis=1))
-        good = (length >= 1) & (length <= MAX_DIGITS) & ((length == 1) | (digits[:, 0] != 0))
-        value = np.zeros(len(at), dtype=np.int64)
-        width = int(length[good].max()) if good.any() else 0
-        for j in range(width):  # at most 18 steps, each over the whole column
-            value = np.where(j < length, value * 10 + digits[:, j], value)
-        if nullable:
-            null = (length == 0) & (self.words(at, 8)[:, 0] == _NULL_WORD)
-            good |= null
-            value[null] = NULL
-            length = np.where(null, 4, length)
-        return value, at + length, good
+def _literal(text: bytes) -> tuple[Words, Words, int]:
+    """``text`` as words to compare 8 bytes at a time: (words, masks, length)."""
+    pad = -len(text) % 8
+    words = np.frombuffer(text + bytes(pad), dtype="<u8").astype(np.uint64)
+    masks = np.frombuffer(b"\xff" * len(text) + bytes(pad), dtype="<u8").astype(np.uint64)
+    return words, masks, len(text)
 
 
-_START = _Pattern(_PREFIX, 48)
-_REQUEST_AT = _Pattern(_REQUEST, 16)
-_DELIVERED_AT = _Pattern(_DELIVERED, 24)
-_CLOSE = 0x7D  # }
-_THREES3 = _U(0x3333333333333333)
-_FIELD_AT = tuple((_Pattern(literal, 32), nullable) for literal, nullable in _FIELDS)
-_OUTCOME_PATTERNS = [_Pattern(_OUTCOME + word.encode() + b'"', 32) for word in OUTCOMES]
-_OUTCOME_MASKS = np.stack([p.masks for p in _OUTCOME_PATTERNS])[:, None, :]
-_OUTCOME_WORDS = np.stack([p.words for p in _OUTCOME_PATTERNS])[:, None, :]
-_OUTCOME_SIZES = np.array([p.size for p in _OUTCOME_PATTERNS], dtype=np.int64)
+def _table(texts: list[bytes]) -> tuple[Words, Words, Ints]:
+    """Several literals as rows of one table (numba reads module-level arrays as constants)."""
+    width = max(-(-len(t) // 8) for t in texts)
+    words = np.zeros((len(texts), width), dtype=np.uint64)
+    masks = np.zeros((len(texts), width), dtype=np.uint64)
+    for row, text in enumerate(texts):
+        w, m, _ = _literal(text)
+        words[row, : len(w)] = w
+        masks[row, : len(m)] = m
+    return words, masks, np.array([len(t) for t in texts], dtype=np.int64)
 
 
-def _match_each(rows: Words, masks: Words, words: Words) -> Bools:
-    """Per pattern (masks, words: patterns x 1 x words) and row (rows: lines x words, or
-    patterns x lines x words): whether the row starts with the pattern's literal."""
-    diff = (rows & masks) ^ words
-    acc = diff[..., 0]
-    for j in range(1, diff.shape[-1]):
-        acc = acc | diff[..., j]
-    same: Bools = acc == 0
-    return same
+_PREFIX_W, _PREFIX_M, _PREFIX_N = _literal(b'{"record":"request_step","step":')
+_REQUEST_W, _REQUEST_M, _REQUEST_N = _literal(b',"request":"')
+# The keys after the id (the first one closes the id's quote), as the writers order them,
+# and whether each value may be null.
+_KEY_W, _KEY_M, _KEY_N = _table(
+    [
+        b'","proposed":',
+        b',"padding":',
+        b',"grammar_valid":',
+        b',"scheduled":',
+        b',"invalid":',
+        b',"verified":',
+        b',"sampled":',
+        b',"accepted":',
+    ]
+)
+_NULLABLE = np.array([0, 0, 1, 0, 1, 1, 0, 0], dtype=np.int64)
+_OUTCOME_W, _OUTCOME_M, _OUTCOME_N = _literal(b',"outcome":"')
+_WORD_W, _WORD_M, _WORD_N = _table([word.encode() + b'"' for word in OUTCOMES])
+_DELIVERED_W, _DELIVERED_M, _DELIVERED_N = _literal(b',"delivered":')
+_NULL_WORD = int.from_bytes(b"null", "little")
+_NEWLINE, _QUOTE, _BACKSLASH, _CLOSE = 0x0A, 0x22, 0x5C, 0x7D
 
 
-def _word_at(rows: Words, offset: int) -> Words:
-    """The 8 bytes at byte ``offset`` of each row, as one word."""
-    j, r = divmod(offset, 8)
-    if r == 0:
-        return rows[:, j]
-    word: Words = (rows[:, j] >> _U(8 * r)) | (rows[:, j + 1] << _U(64 - 8 * r))
+# -- the kernel: plain Python over ints and arrays, compiled by numba -------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _compiled(fn: F, inline: Literal["never", "always"] = "never") -> F:
+    """``fn`` compiled to machine code (cached on disk beside this module); ``fn`` itself
+    stays reachable as ``.py_func`` (numba's name), which the tests run as plain Python."""
+    if numba is None:  # pragma: no cover
+        return fn
+    return cast(F, numba.njit(cache=True, nogil=True, inline=inline)(fn))
+
+
+def _inline(fn: F) -> F:
+    return _compiled(fn, "always")
+
+
+@_inline
+def _word(data: Bytes, at: int) -> np.uint64:
+    """The 8 bytes from ``at`` as a little-endian word (the caller keeps them in the data)."""
+    word = np.uint64(0)
+    for j in range(7, -1, -1):
+        word = (word << np.uint64(8)) | np.uint64(data[at + j])
     return word
 
 
-def _identities(rows: Bytes2D) -> tuple[Ints, list[str]]:
-    """Each row's index among the distinct rows, and the distinct rows as str. A row is an id
-    padded with zero bytes (an id the scanner takes holds none), its width a multiple of 8."""
-    if len(rows) == 0:
-        return np.zeros(0, dtype=np.int64), []
-    words = rows.view("<u8")
-    mixed = np.zeros(len(rows), dtype=np.uint64)
-    for j in range(words.shape[1]):
-        mixed = (mixed ^ words[:, j]) * _HASH_MUL
-        mixed ^= mixed >> _U(29)
-    _, first, inverse = np.unique(mixed, return_index=True, return_inverse=True)
-    if not (words == words[first[inverse]]).all():  # a hash collision: sort the bytes instead
-        _, first, inverse = np.unique(
-            rows.view(f"V{rows.shape[1]}").ravel(), return_index=True, return_inverse=True
-        )
-    names = rows[first].view(f"S{rows.shape[1]}").ravel().tolist()
-    return inverse.reshape(-1).astype(np.int64), [name.decode("ascii") for name in names]
+@_inline
+def _match(data: Bytes, end: int, at: int, words: Words, masks: Words, size: int) -> int:
+    """The position after the literal (``words``/``masks``, ``size`` bytes) when the bytes at
+    ``at`` (before ``end``) start with it; else -1. -1 in gives -1 out, so a line's reading
+    goes straight on and is judged once, at its end."""
+    if at < 0 or at + size > end:
+        return -1
+    if at + 8 * len(words) <= end:  # whole words: the usual case
+        for j in range(len(words)):
+            if (_word(data, at + 8 * j) & masks[j]) != words[j]:
+                return -1
+        return at + size
+    for j in range(size):  # near the chunk's end: byte by byte, never reading past it
+        if int(data[at + j]) != (int(words[j >> 3]) >> (8 * (j & 7))) & 0xFF:
+            return -1
+    return at + size
 
 
-def _line_bounds(chunk: bytes) -> tuple[Ints, Ints]:
-    data = np.frombuffer(chunk, dtype=np.uint8)
-    stops = np.flatnonzero(data == 10)
-    if chunk and not chunk.endswith(b"\n"):
-        stops = np.append(stops, len(chunk))
-    starts = np.zeros(len(stops), dtype=np.int64)
-    starts[1:] = stops[:-1] + 1
-    return starts, stops.astype(np.int64)
-
-
-def _digits(word: Words) -> Ints:
-    """How many of the 8 bytes of ``word`` (first byte lowest) are digits before the first
-    one that is not (8: all). Per byte, (b & 0xF0) | ((b + 6) & 0xF0) >> 4 is 0x33 exactly
-    for '0'..'9'; a carry out of a byte (b >= 0xFA, not a digit) only changes later bytes."""
-    marks = (word & _HIGH) | (((word + _SIXES) & _HIGH) >> _U(4))
-    marks ^= _THREES3  # zero bytes: digits
-    trailing = np.bitwise_count(~marks & (marks - _U(1)))  # the trailing zero bits
-    length: Ints = (trailing >> np.uint8(3)).astype(np.int64)
-    return length
-
-
-def _values(words: Words, lengths: Ints) -> Ints:
-    """The integers of up to 8 digits at the start of each word, given their lengths (SWAR:
-    the digits shifted to the top as leading zeros, then summed pairwise as lanes)."""
-    lanes = (words & _LOW) << ((8 - lengths).astype(np.uint64) << _U(3))
-    lanes = lanes * _U(10) + (lanes >> _U(8))
-    lanes = (((lanes & _PAIRS) * _MUL1) + (((lanes >> _U(16)) & _PAIRS) * _MUL2)) >> _U(32)
-    values: Ints = (lanes & _LOW32).astype(np.int64)
-    return values
-
-
-class _Reader:
-    """The integers of a group of lines, field by field: each field's length is needed at
-    once (it places the next field); values and checks are computed for all fields at the
-    end, over one stacked array."""
-
-    def __init__(self, buf: _Buffer) -> None:
-        self.buf = buf
-        self.words: list[Words] = []
-        self.lengths: list[Ints] = []
-        self.nulls: list[Bools | None] = []
-        self.long: list[tuple[int, Ints, Ints, Bools]] = []
-
-    def integer(self, at: Ints, word: Words, nullable: bool) -> Ints:
-        """Read one field's integer (or null) at ``at`` (``word``: its first 8 bytes); returns
-        the position after it."""
-        length = _digits(word)
-        field = len(self.words)
-        self.words.append(word)
-        self.lengths.append(length)
-        end = at + length
-        null: Bools | None = None
-        if nullable:
-            null = (length == 0) & ((word & _LOW32) == _NULL_WORD)
-            end += null << 2
-        self.nulls.append(null)
-        if length.max() == 8:  # 8 digits or more: read again, up to 18
-            long = np.flatnonzero(length == 8)
-            value, end[long], good = self.buf.long_integer(at[long], nullable)
-            self.long.append((field, long, value, good))
-        return end
-
-    def values(self) -> tuple[Ints, Bools]:
-        """Every field's values and whether each is an integer the scanner takes (both
-        fields x lines; `NULL` for null)."""
-        shape = (len(self.words), len(self.words[0]))
-        values = np.empty(shape, dtype=np.int64)
-        good = np.empty(shape, dtype=np.bool_)
-        for field, (word, length, null) in enumerate(
-            zip(self.words, self.lengths, self.nulls, strict=True)
-        ):
-            several = np.flatnonzero(length > 1)
-            if len(several) * 4 > len(length):
-                values[field] = _values(word, length)
-            else:  # mostly one digit (counts up to k): the SWAR sum only where needed
-                values[field] = word & _LOW_NIBBLE
-                if len(several):
-                    values[field][several] = _values(word[several], length[several])
-            good[field] = (length == 1) | ((length > 1) & ((word & _FIRST) != _ZERO_CHAR))
-            if null is not None:
-                good[field] |= null
-                values[field][null] = NULL
-        for field, long, value, long_good in self.long:
-            values[field][long] = value
-            good[field][long] = long_good
-        return values, good
-
-
-def _scan_group(buf: _Buffer, starts: Ints, stops: Ints) -> tuple[Bools, Ints, Ints, Bytes2D]:
-    """`scan` over a few lines: which are taken, their value columns (lines x `COLUMNS`),
-    outcome codes and id rows (zero-padded; every array over all the lines)."""
-    rows = buf.words(starts, 48)
-    ok = _START.match(rows)
-    reader = _Reader(buf)
-    at = reader.integer(starts + len(_PREFIX), _word_at(rows, len(_PREFIX)), nullable=False)
-    row = np.arange(len(at))
-    for width in ID_WINDOWS:  # the id: id characters up to the closing quote
-        window = buf.window(at, 16 + width)
-        ids = window[:, len(_REQUEST) : len(_REQUEST) + width]
-        # id characters: printable ASCII but '"' and '\\' (no control, non-ASCII, escape)
-        is_id = ((ids - _SPACE) < _PRINTABLE) & (ids != 0x22) & (ids != 0x5C)
-        id_len = is_id.argmin(axis=1)  # the first byte that is not an id character
-        closed = (ids[row, id_len] == 34) & (id_len >= 1)
-        if closed[ok].all():
+@_inline
+def _integer(data: Bytes, end: int, at: int, nullable: bool, row: Ints, column: int) -> int:
+    """A JSON integer of at most `MAX_DIGITS` digits (or ``null`` where ``nullable``) at
+    ``at``: stores it in ``row[column]`` (`NULL` for null) and returns the position after
+    it; -1 where there is none the scanner takes."""
+    if at < 0:
+        return -1
+    value = 0
+    j = at
+    while j < end and j - at <= MAX_DIGITS:
+        c = int(data[j])
+        if c < 0x30 or c > 0x39:
             break
-    ok &= closed & _REQUEST_AT.match(window.view("<u8"))
-    longest = -(-int(id_len[ok].max()) // 8) * 8 if ok.any() else 8
-    ids = ids[:, :longest]
-    id_rows = ids * (np.arange(longest) < id_len[:, None])  # zero bytes after the id
-    at = at + len(_REQUEST) + id_len
-    for pattern, nullable in _FIELD_AT:
-        rows = buf.words(at, 32)
-        ok &= pattern.match(rows)
-        at = reader.integer(at + pattern.size, _word_at(rows, pattern.size), nullable)
-    rows = buf.words(at, 32)
-    outcome = np.where(_OUTCOME_PATTERNS[0].match(rows), 0, -1)  # applied: most blocks
-    rest = np.flatnonzero(outcome)
-    if len(rest):  # each word has its own length: one match at most
-        hits = _match_each(rows[rest], _OUTCOME_MASKS[1:], _OUTCOME_WORDS[1:])
-        outcome[rest] = np.where(hits.any(axis=0), hits.argmax(axis=0) + 1, -1)
-    ok &= outcome >= 0
-    at = at + _OUTCOME_SIZES[outcome]
-    plain = (buf.byte(at) == _CLOSE) & (at + 1 == stops)
-    rows = buf.words(at, 24)
-    end = reader.integer(at + _DELIVERED_AT.size, _word_at(rows, _DELIVERED_AT.size), True)
-    values, good = reader.values()
-    ok &= good[:-1].all(axis=0)
-    closed = (buf.byte(end) == _CLOSE) & (end + 1 == stops)
-    ok &= plain | (_DELIVERED_AT.match(rows) & good[-1] & closed)
-    values[-1] = np.where(plain, ABSENT, values[-1])
-    return ok, values.T, outcome, id_rows
+        value = value * 10 + (c - 0x30)
+        j += 1
+    digits = j - at
+    if digits == 0:
+        if nullable and at + 4 <= end:
+            found = 0
+            for i in range(3, -1, -1):
+                found = (found << 8) | int(data[at + i])
+            if found == _NULL_WORD:
+                row[column] = NULL
+                return at + 4
+        return -1
+    if digits > MAX_DIGITS or (digits > 1 and data[at] == 0x30):
+        return -1
+    row[column] = value
+    return j
 
 
-def scan(chunk: bytes) -> Scan:
+@_compiled
+def _scan_lines(
+    data: Bytes,
+    end: int,
+    hash_mul: int,
+    starts: Ints,
+    stops: Ints,
+    values: Ints,
+    outcome: Ints,
+    rid: Ints,
+    first: Ints,
+    table: Ints,
+    hashes: Words,
+) -> int:
+    """Scan ``data[:end]`` line by line into the arrays (one row per line; ``first``: the
+    start and length of each distinct id's first occurrence; ``table``: an empty hash table,
+    -1s, its size a power of two above twice the lines). Returns the number of distinct ids."""
+    slots = len(table) - 1
+    line = 0
+    distinct = 0
+    pos = 0
+    while pos < end:
+        start = pos
+        row = values[line]
+        at = _match(data, end, start, _PREFIX_W, _PREFIX_M, _PREFIX_N)
+        at = _integer(data, end, at, False, row, 0)
+        at = _match(data, end, at, _REQUEST_W, _REQUEST_M, _REQUEST_N)
+        id_at = at
+        digest = np.uint64(_HASH_START)
+        if at >= 0:  # the id: id characters up to the closing quote
+            while at < end and at - id_at <= MAX_ID_BYTES:
+                c = data[at]
+                if c < 0x20 or c > 0x7E or c in (_QUOTE, _BACKSLASH):
+                    break
+                digest = (digest ^ np.uint64(c)) * np.uint64(hash_mul)
+                at += 1
+            if at >= end or data[at] != _QUOTE or at == id_at or at - id_at > MAX_ID_BYTES:
+                at = -1
+        id_size = at - id_at
+        for key in range(len(_KEY_N)):
+            at = _match(data, end, at, _KEY_W[key], _KEY_M[key], _KEY_N[key])
+            at = _integer(data, end, at, _NULLABLE[key] != 0, row, key + 1)
+        at = _match(data, end, at, _OUTCOME_W, _OUTCOME_M, _OUTCOME_N)
+        code = after = -1
+        if at >= 0:
+            for word in range(len(_WORD_N)):
+                after = _match(data, end, at, _WORD_W[word], _WORD_M[word], _WORD_N[word])
+                if after >= 0:
+                    code = word
+                    break
+            at = after
+        row[9] = ABSENT
+        if at >= 0 and at < end and data[at] != _CLOSE:
+            at = _match(data, end, at, _DELIVERED_W, _DELIVERED_M, _DELIVERED_N)
+            at = _integer(data, end, at, True, row, 9)
+        if (
+            at >= 0
+            and at < end
+            and data[at] == _CLOSE
+            and (at + 1 == end or data[at + 1] == _NEWLINE)
+        ):
+            stop = at + 1
+            outcome[line] = code
+            slot = np.int64(digest & np.uint64(slots))
+            while True:  # the id's class: probe until its first occurrence or a free slot
+                known = table[slot]
+                if known < 0:
+                    table[slot] = distinct
+                    hashes[distinct] = digest
+                    first[distinct, 0] = id_at
+                    first[distinct, 1] = id_size
+                    rid[line] = distinct
+                    distinct += 1
+                    break
+                if hashes[known] == digest and first[known, 1] == id_size:
+                    other = first[known, 0]
+                    same = True
+                    for j in range(id_size):
+                        if data[other + j] != data[id_at + j]:
+                            same = False
+                            break
+                    if same:
+                        rid[line] = known
+                        break
+                slot = (slot + 1) & slots
+        else:
+            row[:] = 0
+            outcome[line] = -1
+            rid[line] = -1
+            stop = start
+            while stop < end and data[stop] != _NEWLINE:
+                stop += 1
+        starts[line] = start
+        stops[line] = stop
+        line += 1
+        pos = stop + 1
+    return distinct
+
+
+@_compiled
+def _count_lines(data: Bytes, end: int) -> int:
+    """Lines in ``data[:end]``: its newlines, plus one for a last line without its own."""
+    newlines = 0
+    for i in range(end):
+        newlines += data[i] == _NEWLINE
+    return newlines + int(end > 0 and data[end - 1] != _NEWLINE)
+
+
+def scan(chunk: bytes | bytearray | memoryview) -> Scan:
     """Find the lines of ``chunk`` (whole lines; the last may lack its newline) and read the
     canonical ``request_step`` lines among them (module docstring)."""
-    starts, stops = _line_bounds(chunk)
-    buf = _Buffer(chunk)
-    taken = np.zeros(len(starts), dtype=np.bool_)
-    values: list[Ints] = []
-    outcomes: list[Ints] = []
-    id_rows: list[Bytes2D] = []
-    for first in range(0, len(starts), GROUP):
-        part = slice(first, first + GROUP)
-        ok, columns, outcome, rows = _scan_group(buf, starts[part], stops[part])
-        taken[part] = ok
-        values.append(columns[ok])
-        outcomes.append(outcome[ok])
-        id_rows.append(rows[ok])
-        if first == 0 and len(ok) == GROUP and not ok.any():
-            break  # a log written in another form: the typed decoder reads it all
-    width = max((rows.shape[1] for rows in id_rows), default=8)
-    padded = np.zeros((int(np.count_nonzero(taken)), width), dtype=np.uint8)
-    at = 0
-    for rows in id_rows:
-        padded[at : at + len(rows), : rows.shape[1]] = rows
-        at += len(rows)
-    rid, ids = _identities(padded)
-    return Scan(
-        starts=starts,
-        stops=stops,
-        taken=taken,
-        values=np.concatenate(values) if values else np.zeros((0, len(COLUMNS)), np.int64),
-        outcome=np.concatenate(outcomes) if outcomes else np.zeros(0, np.int64),
-        rid=rid,
-        ids=ids,
+    data: Bytes = np.frombuffer(chunk, dtype=np.uint8)
+    end = len(data)
+    n = int(_count_lines(data, end))
+    starts = np.empty(n, dtype=np.int64)
+    stops = np.empty(n, dtype=np.int64)
+    values = np.empty((n, len(COLUMNS)), dtype=np.int64)
+    outcome = np.empty(n, dtype=np.int64)
+    rid = np.empty(n, dtype=np.int64)
+    first = np.empty((n, 2), dtype=np.int64)
+    hashes = np.empty(n, dtype=np.uint64)
+    table = np.full(1 << (2 * n + 1).bit_length(), -1, dtype=np.int64)
+    distinct = int(
+        _scan_lines(data, end, HASH_MUL, starts, stops, values, outcome, rid, first, table, hashes)
     )
+    view = memoryview(chunk).cast("B")
+    ids = [str(view[at : at + size], "ascii") for at, size in first[:distinct].tolist()]
+    return Scan(starts, stops, outcome >= 0, values, outcome, rid, ids)

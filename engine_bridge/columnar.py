@@ -107,7 +107,7 @@ class Columnar:
         carry = empty_lines()
         carry_line = first = 1  # the line of carry[0]; a batch's records are consecutive lines
         for whole in byte_chunks(source, lines):
-            chunk = whole if whole.endswith(b"\n") else self._cut_last(whole, first)
+            chunk = whole if whole[-1:] == b"\n" else self._cut_last(bytes(whole), first)
             if not chunk:
                 continue
             records = decode_columns(self.path, first, chunk)

@@ -62,7 +62,7 @@ def canonical(draw: st.DrawFn, delivered: bool | None = None) -> dict[str, Any]:
                 st.one_of(
                     st.text(ID_CHARS, min_size=1, max_size=40),
                     st.text(ID_CHARS, min_size=1, max_size=300),
-                    st.sampled_from(["cmpl-0-0", "r1", "a:b,c}{", "x" * 47, "x" * 48]),
+                    st.sampled_from(["cmpl-0-0", "r1", "a:b,c}{", "x" * 255, "x" * 256]),
                 )
             )
         elif name == "outcome":
@@ -102,9 +102,9 @@ def expected(line: bytes) -> tuple[list[int], str, str] | None:
 def scanned(chunk: bytes, line: int = 0) -> tuple[list[int], str, str] | None:
     s = scan(chunk)
     if not s.taken[line]:
+        assert (s.values[line] == 0).all() and s.rid[line] == s.outcome[line] == -1
         return None
-    j = int(np.count_nonzero(s.taken[:line]))
-    return s.values[j].tolist(), s.ids[int(s.rid[j])], OUTCOMES[int(s.outcome[j])]
+    return s.values[line].tolist(), s.ids[int(s.rid[line])], OUTCOMES[int(s.outcome[line])]
 
 
 def check(line: bytes) -> tuple[list[int], str, str] | None:
@@ -129,7 +129,7 @@ def test_canonical_lines_are_taken_with_the_decoders_values(rec: dict[str, Any])
     got = check(line)
     within = (
         all(v is None or type(v) is str or v < 10**18 for v in rec.values())
-        and len(rec["request"]) < colscan.ID_WINDOWS[-1]
+        and len(rec["request"]) <= colscan.MAX_ID_BYTES
     )
     if within:
         assert got is not None, line  # the scanner reads what it is meant to read
@@ -325,8 +325,8 @@ def test_ids_map_to_one_str_each_even_when_every_hash_collides(
            "grammar_valid": None, "scheduled": 1, "invalid": None, "verified": None,
            "sampled": 1, "accepted": 0, "outcome": "applied"}  # fmt: skip
     chunk = b"".join(dumps({**rec, "request": rid}) + b"\n" for rid in ids)
-    for mul in (colscan._HASH_MUL, np.uint64(0)):  # 0: every id hashes alike
-        monkeypatch.setattr(colscan, "_HASH_MUL", mul)
+    for mul in (colscan.HASH_MUL, 0):  # 0: every id hashes alike
+        monkeypatch.setattr(colscan, "HASH_MUL", mul)
         s = scan(chunk)
         assert s.taken.all()
         assert [s.ids[i] for i in s.rid.tolist()] == ids
@@ -443,8 +443,8 @@ def test_every_single_byte_change(base: bytes) -> None:
     lines = sorted(_one_byte_changes(base))
     s = scan(b"\n".join(lines) + b"\n")
     taken = np.flatnonzero(s.taken).tolist()
-    for j, i in enumerate(taken):
-        got = (s.values[j].tolist(), s.ids[int(s.rid[j])], OUTCOMES[int(s.outcome[j])])
+    for i in taken:
+        got = (s.values[i].tolist(), s.ids[int(s.rid[i])], OUTCOMES[int(s.outcome[i])])
         assert got == expected(lines[i]), lines[i]
     # the scanner still reads what it is meant to: every change that keeps the line
     # canonical (a digit for a digit, an id character for an id character, ...) is taken
@@ -520,13 +520,54 @@ def test_columnar_checker_alike_with_and_without_the_scanner(
     assert vouched > len(logs) // 2
 
 
-def test_a_chunk_in_another_form_is_left_to_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first group of lines with nothing to take (a writer with other separators) ends the
-    scan of the chunk: its other lines go to the typed decoder, which decodes them alike."""
-    monkeypatch.setattr(colscan, "GROUP", 4)
+def test_lines_in_another_form_are_left_to_the_decoder() -> None:
+    """Lines the scanner declines (another writer's separators) mixed with canonical ones,
+    in any order: each is judged on its own, and the chunk decodes as the typed decoder
+    alone decodes it."""
     spaced, plain = OTHER[3], BASES[0]
-    assert scan(b"\n".join([spaced] * 4 + [plain] * 3)).taken.sum() == 0
-    assert scan(b"\n".join([spaced] * 3 + [plain] * 3)).taken.tolist() == [0, 0, 0, 1, 1, 1]
+    assert scan(b"\n".join([spaced] * 4 + [plain] * 3)).taken.tolist() == [0] * 4 + [1] * 3
     assert scan(b"\n".join([plain] * 4 + [spaced, plain])).taken.tolist() == [1] * 4 + [0, 1]
-    chunk = b"\n".join([spaced] * 4 + [plain] * 3) + b"\n"
-    assert _lines_columns(decode_columns("log", 1, chunk)) == _struct_columns("log", chunk)
+    for chunk in (b"\n".join([spaced] * 4 + [plain] * 3) + b"\n", b"\n".join([plain, spaced])):
+        assert _lines_columns(decode_columns("log", 1, chunk)) == _struct_columns("log", chunk)
+
+
+# -- the compiled kernel and its Python source ------------------------------------------------
+
+
+def _kernel_outputs(chunk: bytes, compiled: bool) -> tuple[Any, ...]:
+    """`colscan.scan`'s arrays from the compiled kernel, or from its Python source run as
+    plain Python (every compiled helper swapped for its source: ``py_func``)."""
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    n = chunk.count(b"\n") + int(not chunk.endswith(b"\n"))
+    arrays = (
+        np.empty(n, np.int64),  # starts
+        np.empty(n, np.int64),  # stops
+        np.empty((n, len(COLUMNS)), np.int64),  # values
+        np.empty(n, np.int64),  # outcome
+        np.empty(n, np.int64),  # rid
+        np.empty((n, 2), np.int64),  # first
+        np.full(1 << (2 * n + 1).bit_length(), -1, np.int64),  # table
+        np.empty(n, np.uint64),  # hashes
+    )
+    kernel = colscan._scan_lines
+    if compiled:
+        distinct = kernel(data, len(data), colscan.HASH_MUL, *arrays)
+    else:
+        with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
+            for name in ("_word", "_match", "_integer"):
+                mp.setattr(colscan, name, getattr(colscan, name).py_func)
+            distinct = kernel.py_func(data, len(data), colscan.HASH_MUL, *arrays)
+    starts, stops, values, outcome, rid, first = (a.tolist() for a in arrays[:6])
+    return int(distinct), starts, stops, values, outcome, rid, first[:distinct]
+
+
+@given(
+    st.lists(st.one_of(canonical().map(dumps), mutated()), min_size=1, max_size=4), st.booleans()
+)
+def test_the_compiled_kernel_computes_what_its_python_source_does(
+    lines: list[bytes], newline: bool
+) -> None:
+    """numba compiles the kernel's own source; run as plain Python it gives the same arrays
+    (so a compiled-only difference, say integer types that mix into floats or wrap, shows)."""
+    chunk = b"\n".join(lines) + (b"\n" if newline else b"")
+    assert _kernel_outputs(chunk, True) == _kernel_outputs(chunk, False)
