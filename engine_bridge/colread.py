@@ -446,10 +446,12 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
         rest = np.flatnonzero(~scan.taken)
         if len(rest) == 0:
             return lines
-        text = bytes(chunk)
-        if len(rest) < len(scan.taken):
+        if len(rest) < len(scan.taken):  # the lines left, joined: no copy of the chunk
+            view = memoryview(chunk)
             bounds = zip(scan.starts[rest].tolist(), (scan.stops[rest] + 1).tolist(), strict=True)
-            text = b"".join([text[a:b] for a, b in bounds])
+            text = b"".join([view[a:b] for a, b in bounds])
+        else:
+            text = bytes(chunk)
     else:
         text = bytes(chunk)
         n = text.count(b"\n") + (len(text) > 0 and not text.endswith(b"\n"))
