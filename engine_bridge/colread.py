@@ -438,7 +438,7 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
     typed decoder, or `records.parse_line`; `Irregular` where either refuses). The columns
     are the ones the typed decoder's structs give, line for line. ``chunk`` is only read
     during the call (`byte_chunks` reuses its buffer)."""
-    if SCAN and colscan.AVAILABLE:
+    if SCAN and len(chunk) >= colscan.MIN_BYTES and colscan.compiled():
         scan = colscan.scan(chunk)
         lines = Lines(
             np.zeros(len(scan.taken), np.int8), scan.values, scan.outcome, scan.rid, scan.ids, {}

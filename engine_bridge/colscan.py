@@ -35,22 +35,17 @@ decode); compiled, it is one pass (docs/replay.md, "Figures"). numba compiles th
 source (the kernel below runs unchanged as plain Python, which the tests use to check the
 compiled code against), is a dependency vLLM itself installs, and caches the machine code
 beside this module (``cache=True``), so only the first run on a machine pays the compile.
-Where numba cannot be imported, `AVAILABLE` is False and colread.py sends every line to the
+numba is imported only when a chunk of at least `MIN_BYTES` is scanned, so small logs start
+fast. Where it cannot be imported, `compiled()` is False and colread.py sends every line to the
 typed decoder: slower, and exactly as exact.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import Any
 
 import numpy as np
-
-try:
-    import numba
-except ImportError:  # pragma: no cover - numba is a dependency of spectally[bridge]
-    numba = None  # type: ignore[assignment]
 
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Bools = np.ndarray[Any, np.dtype[np.bool_]]
@@ -84,7 +79,9 @@ MAX_ID_BYTES = 255  # longer ids are left to the decoders
 HASH_MUL = 0x100000001B3  # FNV-1a's prime (a module global so a test can force collisions)
 _HASH_START = 0xCBF29CE484222325  # FNV-1a's offset basis
 
-AVAILABLE = numba is not None
+# Chunks shorter than this go to the typed decoder: importing numba and loading the compiled
+# kernel costs a process about 0.9 s and 60 MB once, more than a small log takes to decode.
+MIN_BYTES = 1 << 20
 
 
 @dataclass
@@ -153,22 +150,33 @@ _NEWLINE, _QUOTE, _BACKSLASH, _CLOSE = 0x0A, 0x22, 0x5C, 0x7D
 
 # -- the kernel: plain Python over ints and arrays, compiled by numba -------------------------
 
-F = TypeVar("F", bound=Callable[..., Any])
+# The kernel's functions by name: plain Python until `compiled` swaps in numba's machine code
+# (module globals, because numba resolves the calls between them by global name). `PYTHON`
+# keeps the sources, which the tests run as plain Python against the compiled code.
+_INLINED = ("_word", "_match", "_integer")
+_KERNELS = ("_scan_lines", "_count_lines")
+_state: list[bool] = []  # [whether compiled] once tried
 
 
-def _compiled(fn: F, inline: Literal["never", "always"] = "never") -> F:
-    """``fn`` compiled to machine code (cached on disk beside this module); ``fn`` itself
-    stays reachable as ``.py_func`` (numba's name), which the tests run as plain Python."""
-    if numba is None:  # pragma: no cover
-        return fn
-    return cast(F, numba.njit(cache=True, nogil=True, inline=inline)(fn))
+def compiled() -> bool:
+    """Compile the kernel, or load it from numba's cache beside this module (once per
+    process); False where numba cannot be imported (every line then goes to the typed
+    decoder)."""
+    if not _state:
+        try:
+            import numba
+        except ImportError:  # pragma: no cover - numba is a dependency of spectally[bridge]
+            _state.append(False)
+            return False
+        space = globals()
+        for name in _INLINED:
+            space[name] = numba.njit(cache=True, inline="always")(PYTHON[name])
+        for name in _KERNELS:
+            space[name] = numba.njit(cache=True, nogil=True)(PYTHON[name])
+        _state.append(True)
+    return _state[0]
 
 
-def _inline(fn: F) -> F:
-    return _compiled(fn, "always")
-
-
-@_inline
 def _word(data: Bytes, at: int) -> np.uint64:
     """The 8 bytes from ``at`` as a little-endian word (the caller keeps them in the data)."""
     word = np.uint64(0)
@@ -177,7 +185,6 @@ def _word(data: Bytes, at: int) -> np.uint64:
     return word
 
 
-@_inline
 def _match(data: Bytes, end: int, at: int, words: Words, masks: Words, size: int) -> int:
     """The position after the literal (``words``/``masks``, ``size`` bytes) when the bytes at
     ``at`` (before ``end``) start with it; else -1. -1 in gives -1 out, so a line's reading
@@ -195,7 +202,6 @@ def _match(data: Bytes, end: int, at: int, words: Words, masks: Words, size: int
     return at + size
 
 
-@_inline
 def _integer(data: Bytes, end: int, at: int, nullable: bool, row: Ints, column: int) -> int:
     """A JSON integer of at most `MAX_DIGITS` digits (or ``null`` where ``nullable``) at
     ``at``: stores it in ``row[column]`` (`NULL` for null) and returns the position after
@@ -226,7 +232,6 @@ def _integer(data: Bytes, end: int, at: int, nullable: bool, row: Ints, column: 
     return j
 
 
-@_compiled
 def _scan_lines(
     data: Bytes,
     end: int,
@@ -247,7 +252,10 @@ def _scan_lines(
     line = 0
     distinct = 0
     pos = 0
-    while pos < end:
+    # Every line ends at a newline or at ``end``, so there are never more rows than
+    # `_count_lines` counted; the bound is checked anyway: compiled code has no bounds checks,
+    # and a wrong count must give wrong columns (which the tests see), never a write past them.
+    while pos < end and line < len(starts):
         start = pos
         row = values[line]
         at = _match(data, end, start, _PREFIX_W, _PREFIX_M, _PREFIX_N)
@@ -325,7 +333,6 @@ def _scan_lines(
     return distinct
 
 
-@_compiled
 def _count_lines(data: Bytes, end: int) -> int:
     """Lines in ``data[:end]``: its newlines, plus one for a last line without its own."""
     newlines = 0
@@ -334,9 +341,14 @@ def _count_lines(data: Bytes, end: int) -> int:
     return newlines + int(end > 0 and data[end - 1] != _NEWLINE)
 
 
+PYTHON: dict[str, Any] = {name: globals()[name] for name in _INLINED + _KERNELS}
+
+
 def scan(chunk: bytes | bytearray | memoryview) -> Scan:
     """Find the lines of ``chunk`` (whole lines; the last may lack its newline) and read the
-    canonical ``request_step`` lines among them (module docstring)."""
+    canonical ``request_step`` lines among them (module docstring). Compiles the kernel
+    first (`compiled`); without numba it runs as plain Python (correct, and very slow)."""
+    compiled()
     data: Bytes = np.frombuffer(chunk, dtype=np.uint8)
     end = len(data)
     n = int(_count_lines(data, end))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -31,3 +32,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _scan_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled scanner on every chunk, however small: a replay reaches it only from
+    `colscan.MIN_BYTES` a chunk, and the tests' logs are small, yet it is the scanner that
+    has to be exact. (CLI tests in a subprocess keep the production threshold.)"""
+    from spectally.engine_bridge import colscan
+
+    monkeypatch.setattr(colscan, "MIN_BYTES", 0)

@@ -136,6 +136,16 @@ def test_canonical_lines_are_taken_with_the_decoders_values(rec: dict[str, Any])
         assert got == expected(line)
 
 
+@pytest.mark.parametrize("size", [1, 2, colscan.MAX_ID_BYTES - 1, colscan.MAX_ID_BYTES, 256, 300])
+def test_id_length_limit(size: int) -> None:
+    rec = {"record": "request_step", "step": 3, "request": "x" * size, "proposed": 2,
+           "padding": 0, "grammar_valid": None, "scheduled": 2, "invalid": None,
+           "verified": 1, "sampled": 2, "accepted": 1, "outcome": "applied"}  # fmt: skip
+    got = check(dumps(rec))
+    assert (got is not None) == (size <= colscan.MAX_ID_BYTES)
+    assert got is None or got[1] == "x" * size
+
+
 @pytest.mark.parametrize("digits", [17, 18, 19, 20])
 def test_integer_length_limit(digits: int) -> None:
     value = int("9" * digits) if digits < 19 else int("1" + "0" * (digits - 1))
@@ -320,7 +330,8 @@ def test_every_outcome_and_delivered_form() -> None:
 def test_ids_map_to_one_str_each_even_when_every_hash_collides(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ids = ["a", "b", "a", "ab", "b\x7e", "a", "x" * 40, "x" * 41, "x" * 40]
+    # a longer id before its prefix and after it: the sizes are compared, not only bytes
+    ids = ["ab", "a", "b", "a", "ab", "b\x7e", "a", "x" * 40, "x" * 41, "x" * 40, "x" * 39]
     rec = {"record": "request_step", "step": 1, "request": "", "proposed": 1, "padding": 0,
            "grammar_valid": None, "scheduled": 1, "invalid": None, "verified": None,
            "sampled": 1, "accepted": 0, "outcome": "applied"}  # fmt: skip
@@ -452,6 +463,12 @@ def test_every_single_byte_change(base: bytes) -> None:
         i for i, line in enumerate(lines) if expected(line) is not None and _canonical(line)
     ]
     assert canonical_changes and set(canonical_changes) <= set(taken)
+    # each change again as a chunk's last line without its newline: the key literals near
+    # the chunk's end are compared byte by byte (never read past it)
+    for i, line in enumerate(lines):
+        alone = scan(line)
+        got = scanned(line) if alone.taken[0] else None
+        assert got == (expected(line) if i in taken else None), line
 
 
 def _canonical(line: bytes) -> bool:
@@ -536,7 +553,7 @@ def test_lines_in_another_form_are_left_to_the_decoder() -> None:
 
 def _kernel_outputs(chunk: bytes, compiled: bool) -> tuple[Any, ...]:
     """`colscan.scan`'s arrays from the compiled kernel, or from its Python source run as
-    plain Python (every compiled helper swapped for its source: ``py_func``)."""
+    plain Python (every compiled function swapped for its source, `colscan.PYTHON`)."""
     data = np.frombuffer(chunk, dtype=np.uint8)
     n = chunk.count(b"\n") + int(not chunk.endswith(b"\n"))
     arrays = (
@@ -549,14 +566,14 @@ def _kernel_outputs(chunk: bytes, compiled: bool) -> tuple[Any, ...]:
         np.full(1 << (2 * n + 1).bit_length(), -1, np.int64),  # table
         np.empty(n, np.uint64),  # hashes
     )
-    kernel = colscan._scan_lines
+    assert colscan.compiled()
     if compiled:
-        distinct = kernel(data, len(data), colscan.HASH_MUL, *arrays)
+        distinct = colscan._scan_lines(data, len(data), colscan.HASH_MUL, *arrays)
     else:
         with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
-            for name in ("_word", "_match", "_integer"):
-                mp.setattr(colscan, name, getattr(colscan, name).py_func)
-            distinct = kernel.py_func(data, len(data), colscan.HASH_MUL, *arrays)
+            for name, source in colscan.PYTHON.items():
+                mp.setattr(colscan, name, source)
+            distinct = colscan._scan_lines(data, len(data), colscan.HASH_MUL, *arrays)
     starts, stops, values, outcome, rid, first = (a.tolist() for a in arrays[:6])
     return int(distinct), starts, stops, values, outcome, rid, first[:distinct]
 
@@ -571,3 +588,13 @@ def test_the_compiled_kernel_computes_what_its_python_source_does(
     (so a compiled-only difference, say integer types that mix into floats or wrap, shows)."""
     chunk = b"\n".join(lines) + (b"\n" if newline else b"")
     assert _kernel_outputs(chunk, True) == _kernel_outputs(chunk, False)
+
+
+def test_small_chunks_skip_the_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below `colscan.MIN_BYTES` a chunk goes to the typed decoder alone (a small log never
+    pays for loading the compiled kernel), with the same columns."""
+    chunk = b"\n".join([BASES[0], OTHER[0], BASES[1]]) + b"\n"
+    scanned = _lines_columns(decode_columns("log", 1, chunk))
+    monkeypatch.setattr(colscan, "MIN_BYTES", len(chunk) + 1)
+    monkeypatch.setattr(colscan, "scan", None)  # any call fails
+    assert _lines_columns(decode_columns("log", 1, chunk)) == scanned

@@ -1,0 +1,115 @@
+"""Deliberate bugs in the compiled scanner (engine_bridge/colscan.py): each must fail
+tests/test_colscan.py.
+
+    .venv/bin/python scripts/scanner_mutants.py      # about 1 minute a mutant (each recompiles)
+
+Each mutant rewrites colscan.py in place, runs the test file and puts the file back (also on
+Ctrl-C), so run it on a clean checkout (it refuses a modified colscan.py). Prints one line a
+mutant: CAUGHT (the tests failed) or MISSED; exits 1 if any is missed. One mutant is listed as
+equivalent: it changes no verdict, and is kept to say so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCANNER = REPO / "engine_bridge" / "colscan.py"
+
+# (name, text in colscan.py, replacement)
+MUTANTS = [
+    ("19 digits taken", "if digits > MAX_DIGITS or", "if digits > MAX_DIGITS + 1 or"),
+    (
+        "leading zero taken",
+        "(digits > 1 and data[at] == 0x30)",
+        "(digits > 2 and data[at] == 0x30)",
+    ),
+    ("backslash in an id", "c in (_QUOTE, _BACKSLASH)", "c == _QUOTE"),
+    ("control byte in an id", "if c < 0x20 or c > 0x7E", "if c < 0x10 or c > 0x7E"),
+    ("non-ASCII in an id", "if c < 0x20 or c > 0x7E", "if c < 0x20 or c > 0xFE"),
+    ("null in every field", "if nullable and at + 4 <= end", "if at + 4 <= end"),
+    ("line end not checked", "(at + 1 == end or data[at + 1] == _NEWLINE)", "True"),
+    (
+        "ids told apart by bytes only",
+        "hashes[known] == digest and first[known, 1] == id_size",
+        "hashes[known] == digest",
+    ),
+    ("delivered absent read as null", "row[9] = ABSENT", "row[9] = NULL"),
+    (
+        "last literal byte near the end",
+        "for j in range(size):  # near",
+        "for j in range(size - 1):  # near",
+    ),
+    (
+        "last line without newline lost",
+        "newlines + int(end > 0 and data[end - 1] != _NEWLINE)",
+        "newlines",
+    ),
+    (
+        "big-endian words",
+        "for j in range(7, -1, -1):\n        word = (word",
+        "for j in range(8):\n        word = (word",
+    ),
+    (
+        "255-byte id declined",
+        "at == id_at or at - id_at > MAX_ID_BYTES",
+        "at == id_at or at - id_at >= MAX_ID_BYTES",
+    ),
+    ("empty id taken", "at == id_at or at - id_at", "at - id_at"),
+    ("id read one byte late", "first[distinct, 0] = id_at", "first[distinct, 0] = id_at + 1"),
+    (
+        "one key not compared",
+        "at = _match(data, end, at, _KEY_W[key], _KEY_M[key], _KEY_N[key])",
+        "at = at + _KEY_N[key] if at >= 0 else -1",
+    ),
+    (
+        "outcome word not compared",
+        "after = _match(data, end, at, _WORD_W[word], _WORD_M[word], _WORD_N[word])",
+        "after = at + _WORD_N[word]",
+    ),
+    ("declined row not cleared", "row[:] = 0\n", "pass\n"),
+]
+# Accepted by both decoders alike (JSON allows U+007F unescaped): no verdict can change.
+EQUIVALENT = [("DEL byte in an id", "c > 0x7E", "c > 0x7F")]
+
+
+def run(name: str, old: str, new: str, source: str) -> bool:
+    """Whether the tests fail with ``old`` replaced by ``new``."""
+    assert source.count(old) >= 1, f"{name}: {old!r} is not in colscan.py"
+    SCANNER.write_text(source.replace(old, new, 1))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_colscan.py", "-x", "-q", "-p",
+         "no:cacheprovider"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
+    )  # fmt: skip
+    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    print(f"{'CAUGHT' if proc.returncode != 0 else 'MISSED'}  {name}  ({tail})", flush=True)
+    return proc.returncode != 0
+
+
+def main() -> int:
+    status = subprocess.run(
+        ["git", "status", "--porcelain", str(SCANNER)], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    if status.strip():
+        print("colscan.py has changes: run this on a clean checkout", file=sys.stderr)
+        return 2
+    source = SCANNER.read_text()
+    missed = []
+    try:
+        for name, old, new in MUTANTS:
+            if not run(name, old, new, source):
+                missed.append(name)
+        for name, old, new in EQUIVALENT:
+            print("equivalent:", end=" ")
+            run(name, old, new, source)
+    finally:
+        SCANNER.write_text(source)
+    print(f"{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
