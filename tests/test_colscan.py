@@ -436,7 +436,7 @@ BASES = [
     b'"grammar_valid":0,"scheduled":0,"invalid":10,"verified":null,"sampled":0,'
     b'"accepted":0,"outcome":"discarded_stale","delivered":0}',
 ]
-BYTES = b' \t\r0159-+.eE"\\,:{}[]nultrfa\x00\x7f\x80\xc3\xff'
+BYTES = b' \t\r\x10\x1f0159-+.eE"\\,:{}[]nultrfa\x00\x7f\x80\xc3\xff'
 
 
 def _one_byte_changes(line: bytes) -> list[bytes]:
