@@ -23,7 +23,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from collections.abc import Sequence
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,9 @@ from .colread import (
     ABSENT,
     COLUMNS,
     OUTCOME_CODE,
+    OUTCOMES,
     Irregular,
     Lines,
-    Request,
     byte_chunks,
     decode_columns,
     delivered_in_schema,
@@ -47,6 +48,7 @@ from .colread import (
 )
 from .colseq import (
     INF_LINE,
+    Event,
     RequestTable,
     StatsColumns,
     check_block_order,
@@ -199,7 +201,7 @@ class Columnar:
         rs_at = np.flatnonzero(kinds == 0)
         rq_at = np.flatnonzero(kinds == 1)
         ss_at = np.flatnonzero(kinds == 2)
-        blocks = records.values[rs_at]
+        blocks = np.take(records.values, rs_at, axis=0)  # (faster than values[rs_at])
         block_rid = records.rid[rs_at]
         counts = self.tally.counts
         counts["request_step"] += len(rs_at)
@@ -215,22 +217,50 @@ class Columnar:
         table = self.table
         table.mode, table.drop_default = mode, header.drop_stale_output
         block_lines, block_steps = lines[rs_at], steps[rs_at]
-        order = np.sort(np.concatenate([rq_at, rs_at[~applied]]))
-        first = dict.fromkeys(table.watched(), 0)
-        events = {i: records.record(i) for i in order.tolist()}
-        for i, rec in events.items():
-            if type(rec) is not Request or rec.event != "add":
-                first.setdefault(rec.request, int(lines[i]))
-        ids = records.ids
-        if first:
-            after = np.fromiter(map(first.get, ids, [INF_LINE] * len(ids)), np.int64, len(ids))
-            walk = applied & (block_lines > after[block_rid])
-            if walk.any():
-                order = np.sort(np.concatenate([order, rs_at[walk]]))
-        walked = [
-            (int(lines[i]), events[i] if i in events else records.record(i)) for i in order.tolist()
+        ids, objs = records.ids, records.objs
+        requests: list[Event] = [
+            (line, rec.request, rec.step, rec.event, rec.structured, rec.drop_stale_output)
+            for line, rec in zip(
+                lines[rq_at].tolist(), map(objs.__getitem__, rq_at.tolist()), strict=True
+            )
         ]
-        done = table.lifecycle(walked, self.last_step)
+        discarded = np.flatnonzero(~applied)
+        # The first line of each request's end record or discarded block (0: its state
+        # carries over): from the end back, so that the first one is the one kept.
+        marks = sorted(
+            chain(
+                ((e[0], e[1]) for e in requests if e[3] != "add"),
+                zip(
+                    block_lines[discarded].tolist(),
+                    map(ids.__getitem__, block_rid[discarded].tolist()),
+                    strict=True,
+                ),
+            ),
+            reverse=True,
+        )
+        first = {rid: line for line, rid in marks}
+        first.update(dict.fromkeys(table.watched(), 0))
+        walk = discarded
+        if first:
+            # ``ids`` may name one request twice (a carried step's ids, then the chunk's)
+            after = np.fromiter(map(first.get, ids, repeat(INF_LINE)), np.int64, len(ids))
+            late = np.flatnonzero(applied & (block_lines > after[block_rid]))
+            if len(late):
+                walk = np.union1d(discarded, late)
+        events: list[Event] = list(
+            zip(
+                block_lines[walk].tolist(),
+                map(ids.__getitem__, block_rid[walk].tolist()),
+                block_steps[walk].tolist(),
+                map(OUTCOMES.__getitem__, outcome[walk].tolist()),
+                blocks[walk, _COLUMN["scheduled"]].tolist(),
+                blocks[walk, _COLUMN["sampled"]].tolist(),
+                strict=True,
+            )
+        )
+        if requests:
+            events = sorted(events + requests, key=itemgetter(0))  # two sorted runs: a merge
+        done = table.lifecycle(events, self.last_step)
         self.tally.requests = table.requests
         slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[block_rid]
         check_block_order(slot, block_lines, table)
@@ -253,7 +283,7 @@ class Columnar:
         if self.shapes is None:
             self.shapes = ShapeTable(mode, k)
         result = check_blocks(mode, k, columns, self.shapes)
-        stats = [records.record(i) for i in ss_at.tolist()]
+        stats = list(map(objs.__getitem__, ss_at.tolist()))
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
             raise Irregular("a per-position vector whose length is not k")
