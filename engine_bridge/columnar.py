@@ -33,7 +33,7 @@ from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
 
 from .array_arith import Ints
-from .colblocks import BlockColumns, ShapeTable, check_blocks
+from .colblocks import COUNT_FIELDS, BlockColumns, ShapeTable, check_blocks
 from .colread import (
     ABSENT,
     COLUMNS,
@@ -66,7 +66,8 @@ STALE = OUTCOME_CODE["discarded_stale"]
 APPLIED = OUTCOME_CODE["applied"]
 STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # delivered and per-position counts are bounded by this here
-_COLUMN = {name: i for i, name in enumerate(COLUMNS)}
+_COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`'s blocks
+_AS_KEY = COLUMNS[1:] == COUNT_FIELDS  # those rows are the shape table's key fields
 
 
 def _ints(records: Sequence[Any], name: str) -> Ints:
@@ -201,7 +202,9 @@ class Columnar:
         rs_at = np.flatnonzero(kinds == 0)
         rq_at = np.flatnonzero(kinds == 1)
         ss_at = np.flatnonzero(kinds == 2)
-        blocks = np.take(records.values, rs_at, axis=0)  # (faster than values[rs_at])
+        # The blocks' counts as rows (np.take: faster than values[rs_at]); the columns after
+        # the step are colblocks.COUNT_FIELDS, the shape table's key fields, in order.
+        blocks = np.take(records.values[:, 1:], rs_at, axis=0)
         block_rid = records.rid[rs_at]
         counts = self.tally.counts
         counts["request_step"] += len(rs_at)
@@ -253,8 +256,8 @@ class Columnar:
                 map(ids.__getitem__, block_rid[walk].tolist()),
                 block_steps[walk].tolist(),
                 map(OUTCOMES.__getitem__, outcome[walk].tolist()),
-                blocks[walk, _COLUMN["scheduled"]].tolist(),
-                blocks[walk, _COLUMN["sampled"]].tolist(),
+                blocks[walk, _COUNT["scheduled"]].tolist(),
+                blocks[walk, _COUNT["sampled"]].tolist(),
                 strict=True,
             )
         )
@@ -265,7 +268,8 @@ class Columnar:
         slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[block_rid]
         check_block_order(slot, block_lines, table)
         check_one_block_per_step(block_steps, slot)
-        col = _COLUMN
+        col = _COUNT
+        blocks[:, col["delivered"]] = _delivered(blocks[:, col["delivered"]], self.delivered_known)
         columns = BlockColumns(
             proposed=blocks[:, col["proposed"]],
             padding=blocks[:, col["padding"]],
@@ -275,14 +279,14 @@ class Columnar:
             verified=blocks[:, col["verified"]],
             accepted=blocks[:, col["accepted"]],
             sampled=blocks[:, col["sampled"]],
-            delivered=_delivered(blocks[:, col["delivered"]], self.delivered_known),
+            delivered=blocks[:, col["delivered"]],
             applied=applied,
             structured=self.table.structured[slot],
             stale=stale,
         )
         if self.shapes is None:
             self.shapes = ShapeTable(mode, k)
-        result = check_blocks(mode, k, columns, self.shapes)
+        result = check_blocks(mode, k, columns, self.shapes, blocks if _AS_KEY else None)
         stats = list(map(objs.__getitem__, ss_at.tolist()))
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
