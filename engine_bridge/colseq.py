@@ -114,37 +114,51 @@ class RequestTable:
         self.open_line = np.resize(self.open_line, size)
         self.free.extend(range(size - 1, size // 2 - 1, -1))
 
-    def _add(self, rid: str, line: int, structured: Any) -> None:
-        if structured is not True and structured is not False:
-            raise Irregular("add without structured")
-        if rid in self.slots:
-            raise Irregular(f"request {rid!r} added twice")
-        if not self.free:
+    def add(self, adds: list[Event]) -> None:
+        """The chunk's add records, all at once, before its other lifecycle events: a record
+        of the request written before its add line is refused there by its line (so the
+        order is the reference's). An id added twice, or again after its request ended, is
+        refused."""
+        if not adds:
+            return
+        for _, _, _, _, structured, drop in adds:
+            if structured is not True and structured is not False:
+                raise Irregular("add without structured")
+            if drop is not msgspec.UNSET:
+                raise Irregular("drop_stale_output on an add")  # records.validate
+        rids = [e[1] for e in adds]
+        if len(set(rids)) < len(rids) or not self.slots.keys().isdisjoint(rids):
+            raise Irregular("a request added twice")
+        while len(self.free) < len(rids):
             self._grow()
-        slot = self.free.pop()
-        self.slots[rid] = slot
-        self.structured[slot] = structured
-        self.open_line[slot] = line
-        self.requests += 1
+        slots = self.free[-len(rids) :][::-1]  # as many pops
+        del self.free[-len(rids) :]
+        self.slots.update(zip(rids, slots, strict=True))
+        self.structured[slots] = [e[4] for e in adds]
+        self.open_line[slots] = [e[0] for e in adds]
+        self.requests += len(rids)
+        if self.ended_next:
+            seen = self.ended[: min(self.ended_next, ENDED_RING)]
+            # Each remembered hash searched among the added ones: no sort of the ring.
+            mine = np.sort(np.fromiter(map(hash, rids), np.int64, len(rids)))
+            at = np.minimum(np.searchsorted(mine, seen), len(mine) - 1)
+            if (mine[at] == seen).any():
+                raise Irregular("an id added again after its request ended")
 
     def watched(self) -> set[str]:
         """Requests with lifecycle state carried from an earlier chunk."""
         return set(self.life)
 
-    def lifecycle(self, events: list[Event], last_step: int) -> list[str]:
-        """Apply the chunk's lifecycle records, discarded blocks and the applied blocks of
-        watched requests (`Event`s, in line order); returns the ids that ended for good
-        (freed at the end of the chunk, after the block checks read their slots)."""
-        added: list[int] = []
+    def lifecycle(self, adds: list[Event], events: list[Event], last_step: int) -> list[str]:
+        """Apply the chunk's add records (`add`), then its other lifecycle records, discarded
+        blocks and the applied blocks of watched requests (`Event`s, in line order); returns
+        the ids that ended for good (freed at the end of the chunk, after the block checks
+        read their slots)."""
+        self.add(adds)
         done: list[str] = []
         for line, rid, step, what, a, b in events:
-            if what == "add":
-                if b is not msgspec.UNSET:
-                    raise Irregular("drop_stale_output on an add")  # records.validate
-                self._add(rid, line, a)
-                added.append(hash(rid))
-            elif what in END_EVENTS:
-                self._end_record(rid, what, step, b, done)
+            if what in END_EVENTS:
+                self._end_record(rid, line, what, step, b, done)
             else:
                 self._block(rid, line, step, what, a, b, done)
         for rid, life in self.life.items():
@@ -152,19 +166,15 @@ class RequestTable:
             # `_advance`); every record of the request after that would release it first.
             if life.held is not None and life.held[1] + 1 < last_step:
                 self._release(rid, life, done)
-        if added and self.ended_next:
-            seen = self.ended[: min(self.ended_next, ENDED_RING)]
-            # Each remembered hash searched among the (few) added ones: no sort of the ring.
-            mine = np.sort(np.asarray(added, dtype=np.int64))
-            at = np.minimum(np.searchsorted(mine, seen), len(mine) - 1)
-            if (mine[at] == seen).any():
-                raise Irregular("an id added again after its request ended")
         return done
 
-    def _end_record(self, rid: str, event: str, step: int, flag: Any, done: list[str]) -> None:
+    def _end_record(
+        self, rid: str, line: int, event: str, step: int, flag: Any, done: list[str]
+    ) -> None:
         if event != "preempt" and flag is not msgspec.UNSET:
             raise Irregular("drop_stale_output on a request that is not preempted")
-        if self.slots[rid] < 0:
+        slot = self.slots[rid]
+        if slot < 0 or line <= self.open_line[slot]:
             raise Irregular(f"{event} of an unknown or ended request {rid!r}")
         life = self.life.get(rid)
         if life is None:

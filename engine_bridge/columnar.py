@@ -70,10 +70,6 @@ _COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`
 _AS_KEY = COLUMNS[1:] == COUNT_FIELDS  # those rows are the shape table's key fields
 
 
-def _ints(records: Sequence[Any], name: str) -> Ints:
-    return np.fromiter(map(attrgetter(name), records), dtype=np.int64, count=len(records))
-
-
 def _delivered(column: Ints, known: bool) -> Ints:
     """The optional ``delivered`` column (-1: absent or null); a log that carries the field
     while the schema does not know it goes to the reference (which then rejects it)."""
@@ -261,9 +257,11 @@ class Columnar:
                 strict=True,
             )
         )
-        if requests:
-            events = sorted(events + requests, key=itemgetter(0))  # two sorted runs: a merge
-        done = table.lifecycle(events, self.last_step)
+        adds = [e for e in requests if e[3] == "add"]
+        if len(adds) < len(requests):
+            ends = [e for e in requests if e[3] != "add"]
+            events = sorted(events + ends, key=itemgetter(0))  # two sorted runs: a merge
+        done = table.lifecycle(adds, events, self.last_step)
         self.tally.requests = table.requests
         slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[block_rid]
         check_block_order(slot, block_lines, table)
@@ -291,14 +289,16 @@ class Columnar:
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
             raise Irregular("a per-position vector whose length is not k")
-        values = np.zeros((len(stats), 3 + k), dtype=np.int64)
-        if stats:
-            if max(max(p) for p in per_pos) > MAX_EXACT_FLOAT:
-                raise Irregular("a per-position count too large")
-            values[:, 0] = _ints(stats, "num_drafts")
-            values[:, 1] = _ints(stats, "num_draft_tokens")
-            values[:, 2] = _ints(stats, "num_accepted_tokens")
-            values[:, 3:] = np.array(per_pos, dtype=np.int64)
+        # One row per record, built in one pass (the decoder bounds every count by 2**63 - 1)
+        values = np.array(
+            [
+                (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, *p)
+                for s, p in zip(stats, per_pos, strict=True)
+            ],
+            dtype=np.int64,
+        ).reshape(len(stats), 3 + k)
+        if len(stats) and int(values[:, 3:].max(initial=0)) > MAX_EXACT_FLOAT:
+            raise Irregular("a per-position count too large")
         if check_step_stats(
             k,
             block_steps,

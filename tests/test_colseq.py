@@ -67,13 +67,30 @@ def test_remembered_lifecycle_verdicts_are_the_rules(first: int) -> None:
 
 
 def _add(table: RequestTable, rid: str, line: int) -> list[str]:
-    return table.lifecycle([(line, rid, 1, "add", False, msgspec.UNSET)], 1)
+    return table.lifecycle([(line, rid, 1, "add", False, msgspec.UNSET)], [], 1)
 
 
 def _end(table: RequestTable, rid: str, line: int) -> None:
-    done = table.lifecycle([(line, rid, 1, "finish", None, msgspec.UNSET)], 5)
+    done = table.lifecycle([], [(line, rid, 1, "finish", None, msgspec.UNSET)], 5)
     assert done == [rid]
     table.release(done)
+
+
+def test_a_record_before_its_add_is_refused() -> None:
+    """Adds are applied before the chunk's other events, so the order is checked by line: an
+    end record or a block written before its request's add is refused, as the reference
+    refuses a record of an unknown request."""
+    add = (5, "r", 1, "add", True, msgspec.UNSET)
+    for event in [
+        (4, "r", 1, "finish", None, msgspec.UNSET),
+        (4, "r", 1, "discarded_aborted", 0, 0),
+    ]:
+        with pytest.raises(Irregular, match="unknown"):
+            RequestTable().lifecycle([add], [event], 1)
+        later = (6, *event[1:])
+        RequestTable().lifecycle([add], [later], 1)
+    with pytest.raises(Irregular, match="added twice"):
+        RequestTable().lifecycle([add, (7, *add[1:])], [], 1)
 
 
 def test_an_id_added_again_after_it_ended_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,17 +111,19 @@ def test_an_id_added_again_after_it_ended_is_refused(monkeypatch: pytest.MonkeyP
         with pytest.raises(Irregular, match="added again"):
             adds = [f"n{j}" for j in range(20)] + [f"r{i}"]
             RequestTableCopy(table).lifecycle(
-                [(line + j, rid, 9, "add", True, msgspec.UNSET) for j, rid in enumerate(adds)], 9
+                [(line + j, rid, 9, "add", True, msgspec.UNSET) for j, rid in enumerate(adds)],
+                [],
+                9,
             )
     _add(table, "r0", line)  # forgotten: the ring wrapped past it
     # several ended in one chunk, more than the ring holds: the last ones are kept
     table = RequestTable()
     table.ended = np.zeros(4, dtype=np.int64)
     ids = [f"s{i}" for i in range(6)]
-    table.lifecycle([(i + 1, rid, 1, "add", True, msgspec.UNSET) for i, rid in enumerate(ids)], 1)
-    done = table.lifecycle(
-        [(10 + i, rid, 1, "abort", None, msgspec.UNSET) for i, rid in enumerate(ids)], 5
-    )
+    adds = [(i + 1, rid, 1, "add", True, msgspec.UNSET) for i, rid in enumerate(ids)]
+    table.lifecycle(adds, [], 1)
+    ends = [(10 + i, rid, 1, "abort", None, msgspec.UNSET) for i, rid in enumerate(ids)]
+    done = table.lifecycle([], ends, 5)
     table.release(done)
     assert table.ended_next == 6
     assert sorted(table.ended.tolist()) == sorted(hash(r) for r in ids[2:])
