@@ -80,6 +80,22 @@ def _delivered(column: Ints, known: bool) -> Ints:
     return np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
 
 
+def _head(records: Lines, stop: int) -> Lines:
+    """The first ``stop`` lines, sharing the record dict (`Lines.cut` copies the part of it
+    they hold: a pass over the whole chunk's records; the lines are numbered from 0 either
+    way, and nothing looks up a line past ``stop``)."""
+    if stop == len(records):
+        return records
+    return Lines(
+        records.kinds[:stop],
+        records.values[:stop],
+        records.outcome[:stop],
+        records.rid[:stop],
+        records.ids,
+        records.objs,
+    )
+
+
 class Columnar:
     """One log through the columnar checks; `run` returns the agreeing result or raises
     `Irregular`."""
@@ -94,6 +110,7 @@ class Columnar:
         self.table = RequestTable()
         self.shapes: ShapeTable | None = None  # the log's block shapes, folded at the end
         self.last_step = -1
+        self.carry_step = -1  # the step of the carried (last, maybe unfinished) step's lines
         self.delivered_known = delivered_in_schema()
         self.notes: list[str] = []
         # A final line without a newline that the reference decoder rejects (a log cut
@@ -115,13 +132,22 @@ class Columnar:
             if bar is not None:
                 bar.update(len(records))
             records, start = self._strip_dicts(records, start)
-            if not len(carry):
-                carry_line = start
-            elif len(records):
-                records = carry.then(records)
-            else:
-                records = carry
-            carry, carry_line = self._steps(records, carry_line, final=False)
+            if len(carry) and len(records):
+                # The carried (unfinished) step takes this chunk's lines of that step and is
+                # checked on its own, so only those few lines are joined to it (not the
+                # whole chunk: `Lines.then` copies every column).
+                later = np.flatnonzero(records.steps != self.carry_step)
+                head = int(later[0]) if len(later) else len(records)
+                if head == len(records):
+                    carry = carry.then(records)
+                    continue
+                if head:
+                    carry = carry.then(records.cut(0, head))
+                self._steps(carry, carry_line, final=False, whole=True)
+                records, start = records.cut(head, len(records)), start + head
+            elif len(carry):
+                continue
+            carry, carry_line = self._steps(records, start, final=False)
         self._steps(carry, carry_line, final=True)
         return self._finish()
 
@@ -166,9 +192,12 @@ class Columnar:
             records = records.cut(0, len(records) - 1)
         return records, start
 
-    def _steps(self, records: Lines, start: int, final: bool) -> tuple[Lines, int]:
+    def _steps(
+        self, records: Lines, start: int, final: bool, whole: bool = False
+    ) -> tuple[Lines, int]:
         """Check the records of whole steps (lines ``start``, ...); return the last (maybe
-        unfinished) step's records and their first line."""
+        unfinished) step's records and their first line. ``whole``: the last step is
+        complete too (the next line is of a later step)."""
         if not len(records):
             return records, start
         if self.header is None:
@@ -178,13 +207,14 @@ class Columnar:
         steps = records.steps
         if steps[0] < self.last_step or (steps[1:] < steps[:-1]).any():
             raise Irregular("a step went backwards")
-        cut = len(records) if final else int(np.searchsorted(steps, steps[-1]))
+        cut = len(records) if final or whole else int(np.searchsorted(steps, steps[-1]))
+        self.carry_step = int(steps[-1])
         if cut == 0:
             return records, start
         lines = np.arange(start, start + cut, dtype=np.int64)
         # The last step of a log cut before its totals record: its step_stats may be missing.
         cut_step = int(steps[-1]) if final and self.totals_record is None else None
-        self._check(records.cut(0, cut), lines, steps[:cut], cut_step)
+        self._check(_head(records, cut), lines, steps[:cut], cut_step)
         return records.cut(cut, len(records)), start + cut
 
     def _check(self, records: Lines, lines: Ints, steps: Ints, cut_step: int | None) -> None:
