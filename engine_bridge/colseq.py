@@ -6,14 +6,15 @@ E1-E3, E6), checked here over a chunk of whole steps:
 * steps never go back (one comparison of neighbours over the step column);
 * add before use, once; nothing after a request's end (per-request line intervals: a block
   is legal only between its request's add line and the line that closes it);
-* one block per request per step (a sort by (step, request) and a look at neighbours);
+* one block per request per step (one sort of (step run, request) keys, a look at neighbours);
 * a request_step is never after its step's step_stats, and a step has one step_stats;
 * step_stats = the sum of the step's blocks' legacy counts (segment sums over the sorted
   step column; per position from a histogram of accepted lengths per step).
 
-Lifecycle records are few (one add and one end per request, preemptions), so they take one
-lean pass in line order (`RequestTable.lifecycle`), together with the discarded blocks and
-the applied blocks of the requests that have a lifecycle record or a discarded block open.
+Lifecycle records are few (one add and one end per request, preemptions): a chunk's adds are
+applied at once, then the other records take one lean pass in line order
+(`RequestTable.lifecycle`), together with the discarded blocks and the applied blocks of the
+requests that have a lifecycle record or a discarded block open.
 That pass mirrors how the reference replay holds a ``finish`` / ``abort`` / ``preempt``
 record until the discarded blocks written after it are read (reference_replay.py: `Held`,
 ``held_accepts``, claims) and how the machine closes blocks (machine.py E3, E6: the
