@@ -70,14 +70,16 @@ _COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`
 _AS_KEY = COLUMNS[1:] == COUNT_FIELDS  # those rows are the shape table's key fields
 
 
-def _delivered(column: Ints, known: bool) -> Ints:
-    """The optional ``delivered`` column (-1: absent or null); a log that carries the field
-    while the schema does not know it goes to the reference (which then rejects it)."""
+def _delivered(column: Ints, known: bool) -> None:
+    """The optional ``delivered`` column, in place (-1: absent or null); a log that carries
+    the field while the schema does not know it goes to the reference (which then rejects
+    it)."""
     if (column == ABSENT).all():
-        return np.full(len(column), -1, dtype=np.int64)
+        column[:] = -1
+        return
     if not known:
         raise Irregular("a delivered field the schema does not know")
-    return np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
+    column[:] = np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
 
 
 def _head(records: Lines, stop: int) -> Lines:
@@ -245,7 +247,8 @@ class Columnar:
         # other blocks only need their request open (check_block_order).
         table = self.table
         table.mode, table.drop_default = mode, header.drop_stale_output
-        block_lines, block_steps = lines[rs_at], steps[rs_at]
+        # (``lines`` counts up from its first line: no gather needed)
+        block_lines, block_steps = rs_at + lines[0], np.take(steps, rs_at)
         ids, objs = records.ids, records.objs
         requests: list[Event] = [
             (line, rec.request, rec.step, rec.event, rec.structured, rec.drop_stale_output)
@@ -297,7 +300,7 @@ class Columnar:
         check_block_order(slot, block_lines, table)
         check_one_block_per_step(block_steps, slot)
         col = _COUNT
-        blocks[:, col["delivered"]] = _delivered(blocks[:, col["delivered"]], self.delivered_known)
+        _delivered(blocks[:, col["delivered"]], self.delivered_known)  # (a view: in place)
         columns = BlockColumns(
             proposed=blocks[:, col["proposed"]],
             padding=blocks[:, col["padding"]],
