@@ -6,14 +6,15 @@ E1-E3, E6), checked here over a chunk of whole steps:
 * steps never go back (one comparison of neighbours over the step column);
 * add before use, once; nothing after a request's end (per-request line intervals: a block
   is legal only between its request's add line and the line that closes it);
-* one block per request per step (a sort by (step, request) and a look at neighbours);
+* one block per request per step (one sort of (step run, request) keys, a look at neighbours);
 * a request_step is never after its step's step_stats, and a step has one step_stats;
 * step_stats = the sum of the step's blocks' legacy counts (segment sums over the sorted
   step column; per position from a histogram of accepted lengths per step).
 
-Lifecycle records are few (one add and one end per request, preemptions), so they take one
-lean pass in line order (`RequestTable.lifecycle`), together with the discarded blocks and
-the applied blocks of the requests that have a lifecycle record or a discarded block open.
+Lifecycle records are few (one add and one end per request, preemptions): a chunk's adds are
+applied at once, then the other records take one lean pass in line order
+(`RequestTable.lifecycle`), together with the discarded blocks and the applied blocks of the
+requests that have a lifecycle record or a discarded block open.
 That pass mirrors how the reference replay holds a ``finish`` / ``abort`` / ``preempt``
 record until the discarded blocks written after it are read (reference_replay.py: `Held`,
 ``held_accepts``, claims) and how the machine closes blocks (machine.py E3, E6: the
@@ -35,7 +36,7 @@ from spectally.reference.step import Mode, StepInputs
 from spectally.reference.transitions import is_applied, lifecycle_rule
 
 from .array_arith import Ints
-from .colread import Irregular, Request, RequestStep
+from .colread import Irregular
 from .translate import LIFECYCLE_OUTCOME
 
 # lifecycle_rule decides from the mode, the event and whether the block was verified; the
@@ -55,7 +56,7 @@ class SlotMap(dict[str, int]):
         return -1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class OpenBlock:
     """A discarded block the reference machine keeps open until a lifecycle event closes it
     (its record's claimed outcome is confirmed then)."""
@@ -67,7 +68,7 @@ class OpenBlock:
     dropped: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Life:
     """One request's lifecycle state, as the reference replay holds it."""
 
@@ -75,6 +76,15 @@ class Life:
     open: list[OpenBlock] = field(default_factory=list)
     accepts: list[OpenBlock] = field(default_factory=list)  # discarded_stale: Accept waits
     ended: bool = False
+
+
+# One event of the lifecycle pass, in line order: (line, request id, step, what, a, b) where
+# ``what`` is a request record's event ("add", "finish", "abort", "preempt"; a: structured,
+# b: drop_stale_output, msgspec.UNSET when absent) or a block's outcome (a: scheduled,
+# b: sampled). Plain tuples: the pass handles a few per request, and a tuple is the cheapest
+# thing to build from the columns and to unpack.
+Event = tuple[int, str, int, str, Any, Any]
+END_EVENTS = frozenset(("finish", "abort", "preempt"))
 
 
 class RequestTable:
@@ -95,6 +105,9 @@ class RequestTable:
         self.requests = 0
         self.mode = Mode.SYNC
         self.drop_default = False
+        # transitions.lifecycle_rule's verdict (does the block stay open, stale?) per
+        # (mode, event, verified): the rule itself, evaluated once per distinct input.
+        self._stays: dict[tuple[Mode, str, bool], bool] = {}
 
     def _grow(self) -> None:
         size = 2 * len(self.structured)
@@ -102,99 +115,128 @@ class RequestTable:
         self.open_line = np.resize(self.open_line, size)
         self.free.extend(range(size - 1, size // 2 - 1, -1))
 
-    def _add(self, rid: str, line: int, structured: bool) -> None:
-        if rid in self.slots:
-            raise Irregular(f"request {rid!r} added twice")
-        if not self.free:
+    def add(self, adds: list[Event]) -> None:
+        """The chunk's add records, all at once, before its other lifecycle events: a record
+        of the request written before its add line is refused there by its line (so the
+        order is the reference's). An id added twice, or again after its request ended, is
+        refused."""
+        if not adds:
+            return
+        for _, _, _, _, structured, drop in adds:
+            if structured is not True and structured is not False:
+                raise Irregular("add without structured")
+            if drop is not msgspec.UNSET:
+                raise Irregular("drop_stale_output on an add")  # records.validate
+        rids = [e[1] for e in adds]
+        if len(set(rids)) < len(rids) or not self.slots.keys().isdisjoint(rids):
+            raise Irregular("a request added twice")
+        while len(self.free) < len(rids):
             self._grow()
-        slot = self.free.pop()
-        self.slots[rid] = slot
-        self.structured[slot] = structured
-        self.open_line[slot] = line
-        self.requests += 1
+        slots = self.free[-len(rids) :][::-1]  # as many pops
+        del self.free[-len(rids) :]
+        self.slots.update(zip(rids, slots, strict=True))
+        self.structured[slots] = [e[4] for e in adds]
+        self.open_line[slots] = [e[0] for e in adds]
+        self.requests += len(rids)
+        if self.ended_next:
+            seen = self.ended[: min(self.ended_next, ENDED_RING)]
+            # Each remembered hash searched among the added ones: no sort of the ring.
+            mine = np.sort(np.fromiter(map(hash, rids), np.int64, len(rids)))
+            at = np.minimum(np.searchsorted(mine, seen), len(mine) - 1)
+            if (mine[at] == seen).any():
+                raise Irregular("an id added again after its request ended")
 
     def watched(self) -> set[str]:
         """Requests with lifecycle state carried from an earlier chunk."""
         return set(self.life)
 
-    def lifecycle(self, events: list[tuple[int, Any]], last_step: int) -> list[str]:
-        """Apply the chunk's lifecycle records, discarded blocks and the applied blocks of
-        watched requests, in line order; returns the ids that ended for good (freed at the
-        end of the chunk, after the block checks read their slots)."""
-        added: list[int] = []
+    def lifecycle(self, adds: list[Event], events: list[Event], last_step: int) -> list[str]:
+        """Apply the chunk's add records (`add`), then its other lifecycle records, discarded
+        blocks and the applied blocks of watched requests (`Event`s, in line order); returns
+        the ids that ended for good (freed at the end of the chunk, after the block checks
+        read their slots)."""
+        self.add(adds)
         done: list[str] = []
-        for line, rec in events:
-            rid = rec.request
-            if type(rec) is Request:
-                if rec.event == "add":
-                    if rec.structured is not True and rec.structured is not False:
-                        raise Irregular("add without structured")
-                    if rec.drop_stale_output is not msgspec.UNSET:
-                        raise Irregular("drop_stale_output on an add")  # records.validate
-                    self._add(rid, line, rec.structured)
-                    added.append(hash(rid))
-                else:
-                    self._end_record(rid, rec, done)
-                continue
-            assert type(rec) is RequestStep
-            self._block(rid, line, rec, done)
+        for line, rid, step, what, a, b in events:
+            if what in END_EVENTS:
+                self._end_record(rid, line, what, step, b, done)
+            else:
+                self._block(rid, line, step, what, a, b, done)
         for rid, life in self.life.items():
             # A held end is released once the engine is past its step + 1 (reference replay:
             # `_advance`); every record of the request after that would release it first.
             if life.held is not None and life.held[1] + 1 < last_step:
                 self._release(rid, life, done)
-        if added and self.ended_next:
-            seen = self.ended[: min(self.ended_next, ENDED_RING)]
-            if np.isin(np.asarray(added, dtype=np.int64), seen).any():
-                raise Irregular("an id added again after its request ended")
         return done
 
-    def _end_record(self, rid: str, rec: Request, done: list[str]) -> None:
-        event = rec.event
-        flag = rec.drop_stale_output
+    def _end_record(
+        self, rid: str, line: int, event: str, step: int, flag: Any, done: list[str]
+    ) -> None:
         if event != "preempt" and flag is not msgspec.UNSET:
             raise Irregular("drop_stale_output on a request that is not preempted")
-        if self.slots[rid] < 0:
+        slot = self.slots[rid]
+        if slot < 0 or line <= self.open_line[slot]:
             raise Irregular(f"{event} of an unknown or ended request {rid!r}")
-        life = self.life.setdefault(rid, Life())
-        if life.held is not None:
+        life = self.life.get(rid)
+        if life is None:
+            life = self.life[rid] = Life()
+        elif life.held is not None:
             self._release(rid, life, done)
         if life.ended:
             raise Irregular(f"{event} of an ended request {rid!r}")
         drop = self.drop_default if flag is msgspec.UNSET or flag is None else bool(flag)
-        life.held = (event, rec.step, drop)
+        life.held = (event, step, drop)
 
-    def _block(self, rid: str, line: int, rec: RequestStep, done: list[str]) -> None:
+    def _block(
+        self,
+        rid: str,
+        line: int,
+        step: int,
+        outcome: str,
+        scheduled: int,
+        sampled: int,
+        done: list[str],
+    ) -> None:
         slot = self.slots[rid]
         if slot < 0 or line <= self.open_line[slot]:
             raise Irregular(f"a block of an unknown request {rid!r}")
-        outcome = rec.outcome
         discarded = outcome != "applied"
         life = self.life.get(rid)
         if life is None:
             if not discarded:
                 return
             life = self.life[rid] = Life()
-        if life.held is not None and not (discarded and rec.step <= life.held[1] + 1):
+        if life.held is not None and not (discarded and step <= life.held[1] + 1):
             self._release(rid, life, done)
         if life.ended:
             raise Irregular(f"a block of an ended request {rid!r}")
         # E3: a block opens only while the open ones are in the forward pass (verified); in
         # sync it reaches Verify only once they closed (translate: a block is in the forward
         # pass when scheduled > 0, sampled > 0, applied or discarded_stale).
-        verified = rec.scheduled > 0 or rec.sampled > 0 or outcome == STALE or not discarded
+        verified = scheduled > 0 or sampled > 0 or outcome == STALE or not discarded
         if life.open and (
             not all(b.verified for b in life.open) or (self.mode is Mode.SYNC and verified)
         ):
             raise Irregular("a block opened while the machine refuses it")
         if not discarded:
             return
-        block = OpenBlock(rec.step, outcome, verified)
+        block = OpenBlock(step, outcome, verified)
         life.open.append(block)
         if outcome == STALE:
             life.accepts.append(block)
             if life.held is not None and life.held[0] == "preempt":
                 self._release(rid, life, done)
+
+    def stays(self, event: str, verified: bool) -> bool:
+        """transitions.lifecycle_rule: whether an open block stays open (stale) at this
+        event (the rule evaluated once per distinct input, then remembered)."""
+        key = (self.mode, event, verified)
+        stays = self._stays.get(key)
+        if stays is None:
+            stays = self._stays[key] = bool(
+                lifecycle_rule(self.mode, event, _NO_COUNTS, verified, ARITH)[0]
+            )
+        return stays
 
     def _release(self, rid: str, life: Life, done: list[str]) -> None:
         """The held end record's event, as the machine applies it (E6), then, after a
@@ -206,8 +248,7 @@ class RequestTable:
         outcome = LIFECYCLE_OUTCOME[event]
         keep: list[OpenBlock] = []
         for block in life.open:
-            stays, _ = lifecycle_rule(self.mode, event, _NO_COUNTS, block.verified, ARITH)
-            if stays:
+            if self.stays(event, block.verified):
                 block.stale, block.dropped = True, drop
                 keep.append(block)
             elif block.outcome != outcome:
@@ -228,15 +269,21 @@ class RequestTable:
     def release(self, done: list[str]) -> None:
         """Forget requests that ended for good (and lifecycle state that is settled);
         remember the ended ids (hashes) for a while."""
+        life, slots, free = self.life, self.slots, self.free
+        hashes = []
         for rid in done:
-            if self.life.pop(rid, None) is None:
+            if life.pop(rid, None) is None:
                 continue
-            self.free.append(self.slots.pop(rid))
-            self.ended[self.ended_next % ENDED_RING] = hash(rid)
-            self.ended_next += 1
-        settled = [r for r, v in self.life.items() if v.held is None and not v.open]
+            free.append(slots.pop(rid))
+            hashes.append(hash(rid))
+        if hashes:
+            kept = hashes[-ENDED_RING:]  # the ring keeps the last ones
+            first = self.ended_next + len(hashes) - len(kept)
+            self.ended[(first + np.arange(len(kept))) % ENDED_RING] = kept
+            self.ended_next += len(hashes)
+        settled = [r for r, v in life.items() if v.held is None and not v.open]
         for rid in settled:
-            del self.life[rid]
+            del life[rid]
 
     def finish(self) -> int:
         """End of log: held end records are released (as the reference does); a discarded
@@ -261,11 +308,24 @@ def check_block_order(slot: Ints, line: Ints, table: RequestTable) -> None:
 
 
 def check_one_block_per_step(step: Ints, slot: Ints) -> None:
+    """No two blocks with the same step and slot (request); slots are >= 0."""
     if len(step) < 2:
         return
-    order = np.lexsort((slot, step))
-    step, slot = step[order], slot[order]
-    if ((step[1:] == step[:-1]) & (slot[1:] == slot[:-1])).any():
+    change = step[1:] != step[:-1]
+    if (step[1:] >= step[:-1]).all():
+        # Steps never go back (the chunk's usual case): a step is one run of the column, so
+        # (run, slot) packed in one int64 and one sort of those keys finds a repeat
+        # (np.lexsort over two keys took ten times as long).
+        run = np.zeros(len(step), dtype=np.int64)
+        np.cumsum(change, out=run[1:])
+        key = run * (int(slot.max()) + 1) + slot
+        key.sort()
+        twice = bool((key[1:] == key[:-1]).any())
+    else:
+        order = np.lexsort((slot, step))
+        step, slot = step[order], slot[order]
+        twice = bool(((step[1:] == step[:-1]) & (slot[1:] == slot[:-1])).any())
+    if twice:
         raise Irregular("two blocks of one request in one step")
 
 

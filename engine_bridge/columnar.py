@@ -23,7 +23,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from collections.abc import Sequence
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -32,14 +33,14 @@ from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
 
 from .array_arith import Ints
-from .colblocks import BlockColumns, ShapeTable, check_blocks
+from .colblocks import COUNT_FIELDS, BlockColumns, ShapeTable, check_blocks
 from .colread import (
     ABSENT,
     COLUMNS,
     OUTCOME_CODE,
+    OUTCOMES,
     Irregular,
     Lines,
-    Request,
     byte_chunks,
     decode_columns,
     delivered_in_schema,
@@ -47,6 +48,7 @@ from .colread import (
 )
 from .colseq import (
     INF_LINE,
+    Event,
     RequestTable,
     StatsColumns,
     check_block_order,
@@ -64,21 +66,36 @@ STALE = OUTCOME_CODE["discarded_stale"]
 APPLIED = OUTCOME_CODE["applied"]
 STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # delivered and per-position counts are bounded by this here
-_COLUMN = {name: i for i, name in enumerate(COLUMNS)}
+_COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`'s blocks
+_AS_KEY = COLUMNS[1:] == COUNT_FIELDS  # those rows are the shape table's key fields
 
 
-def _ints(records: Sequence[Any], name: str) -> Ints:
-    return np.fromiter(map(attrgetter(name), records), dtype=np.int64, count=len(records))
-
-
-def _delivered(column: Ints, known: bool) -> Ints:
-    """The optional ``delivered`` column (-1: absent or null); a log that carries the field
-    while the schema does not know it goes to the reference (which then rejects it)."""
+def _delivered(column: Ints, known: bool) -> None:
+    """The optional ``delivered`` column, in place (-1: absent or null); a log that carries
+    the field while the schema does not know it goes to the reference (which then rejects
+    it)."""
     if (column == ABSENT).all():
-        return np.full(len(column), -1, dtype=np.int64)
+        column[:] = -1
+        return
     if not known:
         raise Irregular("a delivered field the schema does not know")
-    return np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
+    column[:] = np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
+
+
+def _head(records: Lines, stop: int) -> Lines:
+    """The first ``stop`` lines, sharing the record dict (`Lines.cut` copies the part of it
+    they hold: a pass over the whole chunk's records; the lines are numbered from 0 either
+    way, and nothing looks up a line past ``stop``)."""
+    if stop == len(records):
+        return records
+    return Lines(
+        records.kinds[:stop],
+        records.values[:stop],
+        records.outcome[:stop],
+        records.rid[:stop],
+        records.ids,
+        records.objs,
+    )
 
 
 class Columnar:
@@ -95,6 +112,7 @@ class Columnar:
         self.table = RequestTable()
         self.shapes: ShapeTable | None = None  # the log's block shapes, folded at the end
         self.last_step = -1
+        self.carry_step = -1  # the step of the carried (last, maybe unfinished) step's lines
         self.delivered_known = delivered_in_schema()
         self.notes: list[str] = []
         # A final line without a newline that the reference decoder rejects (a log cut
@@ -116,13 +134,22 @@ class Columnar:
             if bar is not None:
                 bar.update(len(records))
             records, start = self._strip_dicts(records, start)
-            if not len(carry):
-                carry_line = start
-            elif len(records):
-                records = carry.then(records)
-            else:
-                records = carry
-            carry, carry_line = self._steps(records, carry_line, final=False)
+            if len(carry) and len(records):
+                # The carried (unfinished) step takes this chunk's lines of that step and is
+                # checked on its own, so only those few lines are joined to it (not the
+                # whole chunk: `Lines.then` copies every column).
+                later = np.flatnonzero(records.steps != self.carry_step)
+                head = int(later[0]) if len(later) else len(records)
+                if head == len(records):
+                    carry = carry.then(records)
+                    continue
+                if head:
+                    carry = carry.then(records.cut(0, head))
+                self._steps(carry, carry_line, final=False, whole=True)
+                records, start = records.cut(head, len(records)), start + head
+            elif len(carry):
+                continue
+            carry, carry_line = self._steps(records, start, final=False)
         self._steps(carry, carry_line, final=True)
         return self._finish()
 
@@ -167,9 +194,12 @@ class Columnar:
             records = records.cut(0, len(records) - 1)
         return records, start
 
-    def _steps(self, records: Lines, start: int, final: bool) -> tuple[Lines, int]:
+    def _steps(
+        self, records: Lines, start: int, final: bool, whole: bool = False
+    ) -> tuple[Lines, int]:
         """Check the records of whole steps (lines ``start``, ...); return the last (maybe
-        unfinished) step's records and their first line."""
+        unfinished) step's records and their first line. ``whole``: the last step is
+        complete too (the next line is of a later step)."""
         if not len(records):
             return records, start
         if self.header is None:
@@ -179,13 +209,14 @@ class Columnar:
         steps = records.steps
         if steps[0] < self.last_step or (steps[1:] < steps[:-1]).any():
             raise Irregular("a step went backwards")
-        cut = len(records) if final else int(np.searchsorted(steps, steps[-1]))
+        cut = len(records) if final or whole else int(np.searchsorted(steps, steps[-1]))
+        self.carry_step = int(steps[-1])
         if cut == 0:
             return records, start
         lines = np.arange(start, start + cut, dtype=np.int64)
         # The last step of a log cut before its totals record: its step_stats may be missing.
         cut_step = int(steps[-1]) if final and self.totals_record is None else None
-        self._check(records.cut(0, cut), lines, steps[:cut], cut_step)
+        self._check(_head(records, cut), lines, steps[:cut], cut_step)
         return records.cut(cut, len(records)), start + cut
 
     def _check(self, records: Lines, lines: Ints, steps: Ints, cut_step: int | None) -> None:
@@ -199,7 +230,9 @@ class Columnar:
         rs_at = np.flatnonzero(kinds == 0)
         rq_at = np.flatnonzero(kinds == 1)
         ss_at = np.flatnonzero(kinds == 2)
-        blocks = records.values[rs_at]
+        # The blocks' counts as rows (np.take: faster than values[rs_at]); the columns after
+        # the step are colblocks.COUNT_FIELDS, the shape table's key fields, in order.
+        blocks = np.take(records.values[:, 1:], rs_at, axis=0)
         block_rid = records.rid[rs_at]
         counts = self.tally.counts
         counts["request_step"] += len(rs_at)
@@ -214,28 +247,60 @@ class Columnar:
         # other blocks only need their request open (check_block_order).
         table = self.table
         table.mode, table.drop_default = mode, header.drop_stale_output
-        block_lines, block_steps = lines[rs_at], steps[rs_at]
-        order = np.sort(np.concatenate([rq_at, rs_at[~applied]]))
-        first = dict.fromkeys(table.watched(), 0)
-        events = {i: records.record(i) for i in order.tolist()}
-        for i, rec in events.items():
-            if type(rec) is not Request or rec.event != "add":
-                first.setdefault(rec.request, int(lines[i]))
-        ids = records.ids
-        if first:
-            after = np.fromiter(map(first.get, ids, [INF_LINE] * len(ids)), np.int64, len(ids))
-            walk = applied & (block_lines > after[block_rid])
-            if walk.any():
-                order = np.sort(np.concatenate([order, rs_at[walk]]))
-        walked = [
-            (int(lines[i]), events[i] if i in events else records.record(i)) for i in order.tolist()
+        # (``lines`` counts up from its first line: no gather needed)
+        block_lines, block_steps = rs_at + lines[0], np.take(steps, rs_at)
+        ids, objs = records.ids, records.objs
+        requests: list[Event] = [
+            (line, rec.request, rec.step, rec.event, rec.structured, rec.drop_stale_output)
+            for line, rec in zip(
+                lines[rq_at].tolist(), map(objs.__getitem__, rq_at.tolist()), strict=True
+            )
         ]
-        done = table.lifecycle(walked, self.last_step)
+        discarded = np.flatnonzero(~applied)
+        # The first line of each request's end record or discarded block (0: its state
+        # carries over): from the end back, so that the first one is the one kept.
+        marks = sorted(
+            chain(
+                ((e[0], e[1]) for e in requests if e[3] != "add"),
+                zip(
+                    block_lines[discarded].tolist(),
+                    map(ids.__getitem__, block_rid[discarded].tolist()),
+                    strict=True,
+                ),
+            ),
+            reverse=True,
+        )
+        first = {rid: line for line, rid in marks}
+        first.update(dict.fromkeys(table.watched(), 0))
+        walk = discarded
+        if first:
+            # ``ids`` may name one request twice (a carried step's ids, then the chunk's)
+            after = np.fromiter(map(first.get, ids, repeat(INF_LINE)), np.int64, len(ids))
+            late = np.flatnonzero(applied & (block_lines > after[block_rid]))
+            if len(late):
+                walk = np.union1d(discarded, late)
+        events: list[Event] = list(
+            zip(
+                block_lines[walk].tolist(),
+                map(ids.__getitem__, block_rid[walk].tolist()),
+                block_steps[walk].tolist(),
+                map(OUTCOMES.__getitem__, outcome[walk].tolist()),
+                blocks[walk, _COUNT["scheduled"]].tolist(),
+                blocks[walk, _COUNT["sampled"]].tolist(),
+                strict=True,
+            )
+        )
+        adds = [e for e in requests if e[3] == "add"]
+        if len(adds) < len(requests):
+            ends = [e for e in requests if e[3] != "add"]
+            events = sorted(events + ends, key=itemgetter(0))  # two sorted runs: a merge
+        done = table.lifecycle(adds, events, self.last_step)
         self.tally.requests = table.requests
         slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[block_rid]
         check_block_order(slot, block_lines, table)
         check_one_block_per_step(block_steps, slot)
-        col = _COLUMN
+        col = _COUNT
+        _delivered(blocks[:, col["delivered"]], self.delivered_known)  # (a view: in place)
         columns = BlockColumns(
             proposed=blocks[:, col["proposed"]],
             padding=blocks[:, col["padding"]],
@@ -245,26 +310,28 @@ class Columnar:
             verified=blocks[:, col["verified"]],
             accepted=blocks[:, col["accepted"]],
             sampled=blocks[:, col["sampled"]],
-            delivered=_delivered(blocks[:, col["delivered"]], self.delivered_known),
+            delivered=blocks[:, col["delivered"]],
             applied=applied,
             structured=self.table.structured[slot],
             stale=stale,
         )
         if self.shapes is None:
             self.shapes = ShapeTable(mode, k)
-        result = check_blocks(mode, k, columns, self.shapes)
-        stats = [records.record(i) for i in ss_at.tolist()]
+        result = check_blocks(mode, k, columns, self.shapes, blocks if _AS_KEY else None)
+        stats = list(map(objs.__getitem__, ss_at.tolist()))
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
             raise Irregular("a per-position vector whose length is not k")
-        values = np.zeros((len(stats), 3 + k), dtype=np.int64)
-        if stats:
-            if max(max(p) for p in per_pos) > MAX_EXACT_FLOAT:
-                raise Irregular("a per-position count too large")
-            values[:, 0] = _ints(stats, "num_drafts")
-            values[:, 1] = _ints(stats, "num_draft_tokens")
-            values[:, 2] = _ints(stats, "num_accepted_tokens")
-            values[:, 3:] = np.array(per_pos, dtype=np.int64)
+        # One row per record, built in one pass (the decoder bounds every count by 2**63 - 1)
+        values = np.array(
+            [
+                (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, *p)
+                for s, p in zip(stats, per_pos, strict=True)
+            ],
+            dtype=np.int64,
+        ).reshape(len(stats), 3 + k)
+        if len(stats) and int(values[:, 3:].max(initial=0)) > MAX_EXACT_FLOAT:
+            raise Irregular("a per-position count too large")
         if check_step_stats(
             k,
             block_steps,

@@ -23,17 +23,27 @@ from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
 def _chunks(tmp_path: Path, k: int, mode: str = "async") -> tuple[Mode, list[BlockColumns]]:
     """The block columns the columnar checker builds for a generated log, per chunk of a few
     hundred lines."""
+    mode_, seen, _ = _spied(tmp_path, k, mode)
+    return mode_, seen
+
+
+def _spied(
+    tmp_path: Path, k: int, mode: str = "async"
+) -> tuple[Mode, list[BlockColumns], list[Any]]:
+    """`_chunks`, and the count matrix the checker passed with each chunk (or None)."""
     lines = list(
         synth_varied.lines(3000, mode=mode, k=k, min_batch=8, max_batch=40, seed=k, av=True)
     )
     path = tmp_path / "log.ndjson"
     path.write_bytes(b"".join(lines))
     seen: list[BlockColumns] = []
+    matrices: list[Any] = []
     original = colblocks.check_blocks
 
-    def spy(mode: Mode, k: int, c: BlockColumns, shapes: Any = None) -> Any:
+    def spy(mode: Mode, k: int, c: BlockColumns, shapes: Any = None, counts: Any = None) -> Any:
         seen.append(c)
-        return original(mode, k, c, shapes)
+        matrices.append(counts)
+        return original(mode, k, c, shapes, counts)
 
     def small(source: str, lines: Any) -> Any:
         parts = Path(source).read_bytes().splitlines(True)
@@ -45,7 +55,7 @@ def _chunks(tmp_path: Path, k: int, mode: str = "async") -> tuple[Mode, list[Blo
         mp.setattr(columnar, "byte_chunks", small)
         result = columnar.Columnar(str(path), None).run(str(path), None, None)
     assert result.status == "agree"
-    return Mode(mode), seen
+    return Mode(mode), seen, matrices
 
 
 def _plain(mode: Mode, k: int, chunks: list[BlockColumns]) -> tuple[Any, ...]:
@@ -61,10 +71,17 @@ def _plain(mode: Mode, k: int, chunks: list[BlockColumns]) -> tuple[Any, ...]:
     return legacy, counters, shift
 
 
-def _through_table(table: ShapeTable, mode: Mode, k: int, chunks: list[BlockColumns]) -> Any:
+def _matrix(c: BlockColumns) -> Any:
+    """The count columns as one (n, 9) matrix (`ShapeTable.lookup`'s ``counts``)."""
+    return np.stack([getattr(c, name) for name in colblocks.COUNT_FIELDS], axis=1)
+
+
+def _through_table(
+    table: ShapeTable, mode: Mode, k: int, chunks: list[BlockColumns], matrix: bool = False
+) -> Any:
     legacy = []
     for c in chunks:
-        result = colblocks.check_blocks(mode, k, c, table)
+        result = colblocks.check_blocks(mode, k, c, table, _matrix(c) if matrix else None)
         per_block = result.legacy
         if isinstance(per_block, Lanes):
             per_block = per_block.unpacked(k)
@@ -75,15 +92,16 @@ def _through_table(table: ShapeTable, mode: Mode, k: int, chunks: list[BlockColu
 
 @pytest.mark.parametrize("k", [3, 8, 20])
 @pytest.mark.parametrize("table_size", [4, 1 << 12])
+@pytest.mark.parametrize("matrix", [False, True])
 def test_the_table_gives_what_the_rules_give_block_by_block(
-    tmp_path: Path, k: int, table_size: int
+    tmp_path: Path, k: int, table_size: int, matrix: bool
 ) -> None:
     mode, chunks = _chunks(tmp_path, k)
     legacy, counters, shift = _plain(mode, k, chunks)
     table = ShapeTable(mode, k)
     table.slot_keys = np.full(table_size, -1, dtype=np.int64)  # tiny: collisions, rehashes
     table.slot_ids = np.zeros(table_size, dtype=np.int64)
-    got_legacy, got_counters, got_shift = _through_table(table, mode, k, chunks)
+    got_legacy, got_counters, got_shift = _through_table(table, mode, k, chunks, matrix)
     for want, got in zip(legacy, got_legacy, strict=True):
         assert (want == got).all()
     assert got_counters == counters
@@ -104,6 +122,31 @@ def test_a_blocks_key_does_not_depend_on_its_chunk(tmp_path: Path, k: int) -> No
         for i in range(0, len(keys), max(1, len(keys) // 25)):
             alone = BlockColumns(*(getattr(c, f.name)[i : i + 1] for f in fields(BlockColumns)))
             assert table._key(alone) == keys[i : i + 1]
+
+
+@pytest.mark.parametrize("k", [3, 8, 64])
+def test_the_matrix_key_is_the_column_key(tmp_path: Path, k: int) -> None:
+    """The key from the count matrix the columnar checker passes (`_matrix_key`) is the key
+    from the columns (`_key`), block for block, and that matrix holds the very values of the
+    columns; a count that does not fit gives no key either way (k = 64, and a count put far
+    above k)."""
+    mode, chunks, matrices = _spied(tmp_path, k)
+    assert all(m is not None for m in matrices)
+    table = ShapeTable(mode, k)
+    for c, counts in zip(chunks, matrices, strict=True):
+        for j, name in enumerate(colblocks.COUNT_FIELDS):
+            assert (counts[:, j] == getattr(c, name)).all()
+        want = table._key(c)
+        got = table._matrix_key(counts, c)
+        if want is None:
+            assert got is None
+            continue
+        assert got is not None
+        assert (want == got).all()
+        high = counts.copy()
+        high[len(high) // 2, 4] = k + 3
+        assert table._matrix_key(high, c) is None
+    assert (k == 64) is (table.width == 0)
 
 
 def test_shapes_found_through_the_dict_only(tmp_path: Path) -> None:
