@@ -20,8 +20,6 @@ machine, which writes the report. Either way the report is built by the same fun
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 from collections.abc import Sequence
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -396,36 +394,6 @@ class Columnar:
         )
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
-# Fixed at 8 MiB (glibc starts at 128 KiB and raises it up to 32 MiB as large blocks are
-# freed): the chunk-sized buffers (16 MiB of text, the scanner's per-byte masks) get their own
-# mappings and go back to the system when freed; the per-line arrays (< 8 MiB) are reused from
-# the heap without page faults. Measured on the merged tree (varied log, one run each, CPU
-# time, peak RSS at 1M -> 10M records): dynamic (no mallopt) 2.34 s, 148.9 -> 209.4 MB;
-# 1 MiB 3.22 s, 120.9 -> 126.8 MB; 8 MiB 2.94 s, 141.3 -> 148.7 MB; 32 MiB 2.19 s,
-# 167.2 -> 214.6 MB. The few MB that remain are the shape table (colblocks.ShapeTable,
-# bounded: folded and emptied past 65,536 shapes).
-MMAP_THRESHOLD = 8 << 20
-_heap_fixed: list[bool] = []
-
-
-def fix_mmap_threshold() -> bool:
-    """Fix glibc's mmap threshold (once per process; False where there is no glibc). glibc
-    raises the threshold each time a large block is freed, up to 32 MiB; after the first
-    chunks the chunk-sized buffers then come from the heap instead of their own mappings, and
-    the heap keeps what they fragment: peak RSS grew with the log's length (docs/replay.md,
-    "Figures"). A fixed threshold returns each large block to the system when it is freed.
-    (The same as ``MALLOC_MMAP_THRESHOLD_=8388608``.)"""
-    if not _heap_fixed:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            done = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-        except (OSError, AttributeError):
-            done = False
-        _heap_fixed.append(done)
-    return _heap_fixed[0]
-
-
 def replay_columnar(
     path: str,
     *,
@@ -439,7 +407,6 @@ def replay_columnar(
     replay must judge it. ``source`` is the file to read (default ``path``; stdin is spooled
     to a file by the caller), ``path`` the name reports use; ``force_profile`` as in
     `replay_file`."""
-    fix_mmap_threshold()
     try:
         return Columnar(path, metrics, force_profile).run(source or path, lines, bar)
     except Irregular:
