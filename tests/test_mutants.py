@@ -8,14 +8,14 @@ import pytest
 pytest.importorskip("z3")
 
 from spectally.proofs.mutants import MUTANTS, Mutant, catch, decisive, patched
-from spectally.proofs.runner import run_all
+from spectally.proofs.runner import PropertyResult
 from spectally.reference import counters as ct
 from spectally.reference import machine as mc
 from spectally.reference import step as st
 
 
-def test_unmutated_reference_passes_every_property() -> None:
-    assert all(r.ok for r in run_all())
+def test_unmutated_reference_passes_every_property(proof_results: list[PropertyResult]) -> None:
+    assert all(r.ok for r in proof_results)  # conftest: run_all() on the unmutated reference
 
 
 def test_mutant_names_are_unique() -> None:

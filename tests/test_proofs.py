@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from spectally.cli import main
 from spectally.proofs.mutants import MUTANTS, patched
 from spectally.proofs.properties import all_properties
-from spectally.proofs.runner import PropertyResult, run_all
+from spectally.proofs.runner import PropertyResult
 from spectally.proofs.witness import engine_counts, query_from, reference_counts
 from spectally.reference.step import Mode, StepQuery
 
@@ -39,8 +39,8 @@ NAMES = {
 
 
 @pytest.fixture(scope="module")
-def results() -> list[PropertyResult]:
-    return run_all()
+def results(proof_results: list[PropertyResult]) -> list[PropertyResult]:
+    return proof_results  # conftest: one run_all() for this file and test_mutants
 
 
 @pytest.fixture(scope="module")
