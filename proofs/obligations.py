@@ -19,7 +19,28 @@ from spectally.reference.step import Mode
 from .model import State, SymInputs
 from .z3arith import Cond, Num
 
-DEFAULT_TIMEOUT_MS = 20_000
+# Every solver check is bounded by Z3's resource limit ("rlimit"), a count of solver work that
+# is the same on an idle and on a loaded machine, so whether an obligation holds, fails or is
+# unknown never depends on the clock (developers' guide: a verdict must not depend on load).
+# The budget is per check (Z3's rlimit is relative to the context's running count, which is
+# cumulative over the process). Calibrated by `python -m spectally.proofs.calibrate`; the
+# measured maxima and the margin are in docs/proofs.md ("Solver budget").
+DEFAULT_RLIMIT = 50_000_000
+# Wall-clock limit per check: a safety net only, so that a Z3 stage that does not count
+# resources cannot hang a run. Far above the time the rlimit budget takes to run out even on a
+# loaded machine, so the budget, not the clock, decides (like CAP_S in tests/test_crosshair.py).
+SAFETY_TIMEOUT_MS = 600_000
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per solver check: ``rlimit`` Z3 resource units (decides), ``timeout_ms`` (safety net)."""
+
+    rlimit: int = DEFAULT_RLIMIT
+    timeout_ms: int = SAFETY_TIMEOUT_MS
+
+
+DEFAULT_BUDGET = Budget()
 
 
 @dataclass(frozen=True)
@@ -49,44 +70,72 @@ class Outcome:
     seconds: float
     witness: dict[str, Any] | None = None
     reason: str = ""
+    rlimit: int = 0  # Z3 resource units used by the costliest check (compare with the budget)
 
 
-def discharge(ob: Obligation, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
+def discharge(ob: Obligation, budget: Budget = DEFAULT_BUDGET) -> Outcome:
     start = time.perf_counter()
+    used = 0
+    clock_hit = False
+
+    def check(solver: z3.Solver | z3.Optimize) -> z3.CheckSatResult:
+        nonlocal used, clock_hit
+        solver.set("rlimit", budget.rlimit)
+        solver.set("timeout", budget.timeout_ms)
+        before, t0 = _rlimit_count(solver), time.perf_counter()
+        result = solver.check()
+        used = max(used, _rlimit_count(solver) - before)
+        clock_hit = result == z3.unknown and time.perf_counter() - t0 >= budget.timeout_ms / 1000
+        return result
+
+    def unknown(solver: z3.Solver | z3.Optimize) -> Outcome:
+        if used >= budget.rlimit:
+            reason = f"resource budget exhausted (rlimit {budget.rlimit})"
+        elif clock_hit:  # load-dependent by nature: the report says so
+            reason = f"wall-clock safety net hit ({budget.timeout_ms / 1000:g} s per check)"
+        else:
+            reason = f"solver returned unknown: {solver.reason_unknown()}"
+        return Outcome(ob.label, "unknown", time.perf_counter() - start, reason=reason, rlimit=used)
+
     sanity = z3.Solver()
-    sanity.set("timeout", timeout_ms)
     sanity.add(*ob.hypotheses)
-    first = sanity.check()
+    first = check(sanity)
     if first == z3.unsat:
-        return Outcome(ob.label, "vacuous", time.perf_counter() - start, reason="hypotheses unsat")
+        seconds = time.perf_counter() - start
+        return Outcome(ob.label, "vacuous", seconds, reason="hypotheses unsat", rlimit=used)
+    if first == z3.unknown:  # satisfiable hypotheses not shown: nothing can be claimed
+        return unknown(sanity)
+    last: z3.Solver | z3.Optimize
     if ob.minimize:
-        opt = z3.Optimize()
-        opt.set("timeout", timeout_ms)
+        last = opt = z3.Optimize()
         opt.add(*ob.hypotheses)
         opt.add(z3.Not(ob.goal))
         for term in ob.minimize:
             opt.minimize(term)
-        result = opt.check()
+        result = check(opt)
         model = opt.model() if result == z3.sat else None
     else:
         result, model = z3.unknown, None
         for make in SOLVERS:
-            solver = make()
-            solver.set("timeout", timeout_ms)
+            last = solver = make()
             solver.add(*ob.hypotheses)
             solver.add(z3.Not(ob.goal))
-            result = solver.check()
+            result = check(solver)
             if result != z3.unknown:
                 model = solver.model() if result == z3.sat else None
                 break
     seconds = time.perf_counter() - start
     if result == z3.unsat:
-        return Outcome(ob.label, "holds", seconds)
+        return Outcome(ob.label, "holds", seconds, rlimit=used)
     if model is None:
-        reason = "solver returned unknown"
-        return Outcome(ob.label, "unknown", seconds, reason=reason)
+        return unknown(last)
     builder = ob.witness or (lambda m: describe_model(ob, m))
-    return Outcome(ob.label, "fails", seconds, witness=builder(model))
+    return Outcome(ob.label, "fails", seconds, witness=builder(model), rlimit=used)
+
+
+def _rlimit_count(solver: z3.Solver | z3.Optimize) -> int:
+    """The context's running resource count (cumulative over the process, hence the deltas)."""
+    return int(solver.statistics().get_key_value("rlimit count"))
 
 
 def _linearising_solver() -> z3.Solver:
