@@ -25,17 +25,22 @@ from .runner import PropertyResult, run_all
 
 @dataclass
 class Usage:
-    settled: dict[str, int] = field(default_factory=dict)  # "run: property (mode) label" -> use
+    # "run: property (mode) label #check" -> resource units, of every check that answered
+    # sat/unsat; and every check that answered unknown (out of budget, or the solver gave up).
+    settled: dict[str, int] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
+    unknown_outcomes: int = 0
 
     def add(self, run: str, results: list[PropertyResult]) -> None:
         for r in results:
             for o in r.outcomes:
-                key = f"{run}: {r.name} ({r.mode}) {o.label}"
-                if o.status == "unknown":
-                    self.unknown.append(f"{key}: {o.reason} [{o.rlimit}]")
-                else:
-                    self.settled[key] = o.rlimit
+                self.unknown_outcomes += o.status == "unknown"
+                for n, (result, use) in enumerate(o.checks):
+                    key = f"{run}: {r.name} ({r.mode}) {o.label} #{n}"
+                    if result == "unknown":
+                        self.unknown.append(f"{key}: {use} ({o.status}: {o.reason})")
+                    else:
+                        self.settled[key] = use
 
     def largest(self, run: str = "") -> tuple[str, int]:
         keys = [k for k in self.settled if k.startswith(run)]
@@ -63,16 +68,19 @@ def main(argv: list[str] | None = None) -> int:
         usage.add(m.name, results)
         table[m.name] = [f"{r.name} ({r.mode})" for r in results if decisive(r)]
         _, mine = usage.largest(m.name)
-        out = sum(o.status == "unknown" for r in results for o in r.outcomes)
+        out = sum(res == "unknown" for r in results for o in r.outcomes for res, _ in o.checks)
         print(
-            f"{m.name:<34} largest settled {mine:>9}, unknown {out:>2},"
+            f"{m.name:<34} largest settled {mine:>9}, unknown checks {out:>2},"
             f" {time.perf_counter() - t:6.1f}s",
             flush=True,
         )
     key, most = usage.largest()
-    print(f"settled obligations: {len(usage.settled)}; largest use {most} ({key})")
+    print(f"checks that answered: {len(usage.settled)}; largest use {most} ({key})")
     print(f"budget {budget.rlimit} = {budget.rlimit / most:.0f} x the largest use")
-    print(f"unknown: {len(usage.unknown)}")
+    print(
+        f"checks that answered unknown: {len(usage.unknown)}; unknown obligations:"
+        f" {usage.unknown_outcomes}"
+    )
     for line in usage.unknown:
         print("  " + line)
     if table:
