@@ -25,6 +25,7 @@ from spectally.reference import transitions as tr
 from spectally.reference.arith import Arith
 from spectally.reference.step import Mode, StepInputs
 
+from .obligations import DEFAULT_BUDGET, Budget
 from .properties import all_properties
 from .runner import PropertyResult, run_property
 
@@ -424,7 +425,7 @@ def decisive(r: PropertyResult) -> bool:
 
 
 def catch(
-    mutant: Mutant, timeout_ms: int = 5_000, stop_at_first: bool = False
+    mutant: Mutant, budget: Budget = DEFAULT_BUDGET, stop_at_first: bool = False
 ) -> list[PropertyResult]:
     """Run the property suite under ``mutant``; return the properties that catch it (settled
     the other way than expected). With ``stop_at_first``, stop at the first one."""
@@ -434,7 +435,7 @@ def catch(
         props.sort(key=lambda p: not p.name.startswith(mutant.first))
     with patched(mutant):
         for prop in props:
-            result = run_property(prop, timeout_ms)
+            result = run_property(prop, budget)
             if decisive(result):
                 caught.append(result)
                 if stop_at_first:
@@ -442,9 +443,9 @@ def catch(
     return caught
 
 
-def catch_table(timeout_ms: int = 5_000) -> dict[str, list[str]]:
+def catch_table(budget: Budget = DEFAULT_BUDGET) -> dict[str, list[str]]:
     """mutant name -> ``name (mode)`` of every property that catches it."""
-    return {m.name: [f"{r.name} ({r.mode})" for r in catch(m, timeout_ms)] for m in MUTANTS}
+    return {m.name: [f"{r.name} ({r.mode})" for r in catch(m, budget)] for m in MUTANTS}
 
 
 def markdown_table(table: dict[str, list[str]]) -> str:

@@ -19,7 +19,29 @@ from spectally.reference.step import Mode
 from .model import State, SymInputs
 from .z3arith import Cond, Num
 
-DEFAULT_TIMEOUT_MS = 20_000
+# Every solver check is bounded by Z3's resource limit ("rlimit"), a count of solver work that
+# is the same on an idle and on a loaded machine, so whether an obligation holds, fails or is
+# unknown never depends on the clock (developers' guide: a verdict must not depend on load).
+# The budget is per check (Z3's rlimit is relative to the context's running count). Measured by
+# `python -m spectally.proofs.calibrate`: the costliest check uses ~80 thousand units on the
+# reference and ~5 million under any mutant, none runs out; 200 million is ~40x and ~2,500x
+# that (docs/proofs.md, "Solver budget").
+DEFAULT_RLIMIT = 200_000_000
+# Wall-clock limit per check: a safety net only, so that a Z3 stage that does not count
+# resources cannot hang a run (like CAP_S in tests/test_crosshair.py). Z3 does roughly a million
+# units a second here, so the budget, not the clock, decides even on a heavily loaded machine.
+SAFETY_TIMEOUT_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per solver check: ``rlimit`` Z3 resource units (decides), ``timeout_ms`` (safety net)."""
+
+    rlimit: int = DEFAULT_RLIMIT
+    timeout_ms: int = SAFETY_TIMEOUT_MS
+
+
+DEFAULT_BUDGET = Budget()
 
 
 @dataclass(frozen=True)
@@ -49,62 +71,115 @@ class Outcome:
     seconds: float
     witness: dict[str, Any] | None = None
     reason: str = ""
+    rlimit: int = 0  # Z3 resource units used by the costliest check (compare with the budget)
+    # (result, resource units) of every check, in order: sanity, then the solver(s) tried.
+    checks: list[tuple[str, int]] = field(default_factory=list)
 
 
-def discharge(ob: Obligation, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Outcome:
+def discharge(ob: Obligation, budget: Budget = DEFAULT_BUDGET) -> Outcome:
     start = time.perf_counter()
-    sanity = z3.Solver()
-    sanity.set("timeout", timeout_ms)
-    sanity.add(*ob.hypotheses)
-    first = sanity.check()
+    used = 0
+    clock_hit = False
+    checks: list[tuple[str, int]] = []
+
+    def check(solver: z3.Solver | z3.Optimize) -> z3.CheckSatResult:
+        nonlocal used, clock_hit
+        solver.set("rlimit", budget.rlimit)
+        solver.set("timeout", budget.timeout_ms)
+        before, t0 = _rlimit_count(solver), time.perf_counter()
+        result = solver.check()
+        checks.append((str(result), _rlimit_count(solver) - before))
+        used = max(used, checks[-1][1])
+        clock_hit = result == z3.unknown and time.perf_counter() - t0 >= budget.timeout_ms / 1000
+        return result
+
+    def unknown(solver: z3.Solver | z3.Optimize) -> Outcome:
+        if used >= budget.rlimit:
+            reason = f"resource budget exhausted (rlimit {budget.rlimit})"
+        elif clock_hit:  # load-dependent by nature: the report says so
+            reason = f"wall-clock safety net hit ({budget.timeout_ms / 1000:g} s per check)"
+        else:
+            reason = f"solver returned unknown: {solver.reason_unknown()}"
+        return Outcome(
+            ob.label,
+            "unknown",
+            time.perf_counter() - start,
+            reason=reason,
+            rlimit=used,
+            checks=checks,
+        )
+
+    # Each obligation is solved in a fresh Z3 context, its terms copied in: the work Z3 does (and
+    # so its resource count) then depends on the obligation alone, not on what the process
+    # solved before it (a shared context's caches and term ids made a mutant's use vary 100x
+    # with the run order). The model is copied back for the witness builders.
+    ctx = z3.Context()
+    hypotheses = [h.translate(ctx) for h in ob.hypotheses]
+    negated = z3.Not(ob.goal.translate(ctx))
+    sanity = z3.Solver(ctx=ctx)
+    sanity.add(*hypotheses)
+    first = check(sanity)
     if first == z3.unsat:
-        return Outcome(ob.label, "vacuous", time.perf_counter() - start, reason="hypotheses unsat")
+        seconds = time.perf_counter() - start
+        reason = "hypotheses unsat"
+        return Outcome(ob.label, "vacuous", seconds, reason=reason, rlimit=used, checks=checks)
+    if first == z3.unknown:  # satisfiable hypotheses not shown: nothing can be claimed
+        return unknown(sanity)
+    last: z3.Solver | z3.Optimize
     if ob.minimize:
-        opt = z3.Optimize()
-        opt.set("timeout", timeout_ms)
-        opt.add(*ob.hypotheses)
-        opt.add(z3.Not(ob.goal))
+        last = opt = z3.Optimize(ctx=ctx)
+        opt.add(*hypotheses)
+        opt.add(negated)
         for term in ob.minimize:
-            opt.minimize(term)
-        result = opt.check()
+            opt.minimize(term.translate(ctx))
+        result = check(opt)
         model = opt.model() if result == z3.sat else None
     else:
         result, model = z3.unknown, None
         for make in SOLVERS:
-            solver = make()
-            solver.set("timeout", timeout_ms)
-            solver.add(*ob.hypotheses)
-            solver.add(z3.Not(ob.goal))
-            result = solver.check()
+            last = solver = make(ctx)
+            solver.add(*hypotheses)
+            solver.add(negated)
+            result = check(solver)
             if result != z3.unknown:
                 model = solver.model() if result == z3.sat else None
                 break
     seconds = time.perf_counter() - start
     if result == z3.unsat:
-        return Outcome(ob.label, "holds", seconds)
+        return Outcome(ob.label, "holds", seconds, rlimit=used, checks=checks)
     if model is None:
-        reason = "solver returned unknown"
-        return Outcome(ob.label, "unknown", seconds, reason=reason)
+        return unknown(last)
     builder = ob.witness or (lambda m: describe_model(ob, m))
-    return Outcome(ob.label, "fails", seconds, witness=builder(model))
+    witness = builder(model.translate(ob.goal.ctx))
+    return Outcome(ob.label, "fails", seconds, witness=witness, rlimit=used, checks=checks)
 
 
-def _linearising_solver() -> z3.Solver:
+def _rlimit_count(solver: z3.Solver | z3.Optimize) -> int:
+    """The context's running resource count (cumulative over the context, hence the deltas)."""
+    return int(solver.statistics().get_key_value("rlimit count"))
+
+
+def _linearising_solver(ctx: z3.Context) -> z3.Solver:
     """Sum-of-monomials normal form with ``If`` lifted out: ``k * (n + If(c, 1, 0))`` becomes
     ``k*n + k*t`` with t a fresh 0/1 term, then Z3's older arithmetic solver (``arith.solver=2``),
     which settles INV-7/INV-8's ``k * spec_steps`` obligations in milliseconds where the default
     one sometimes times out. `SOLVERS` falls back to the default solver on unknown."""
     tactic = z3.Then(
-        z3.With("simplify", som=True),
+        z3.With("simplify", som=True, ctx=ctx),
         "elim-term-ite",
-        z3.With("simplify", som=True),
-        z3.With("smt", **{"arith.solver": 2}),
+        z3.With("simplify", som=True, ctx=ctx),
+        z3.With("smt", ctx=ctx, **{"arith.solver": 2}),
+        ctx=ctx,
     )
     solver: z3.Solver = tactic.solver()
     return solver
 
 
-SOLVERS: tuple[Callable[[], z3.Solver], ...] = (_linearising_solver, z3.Solver)
+def _default_solver(ctx: z3.Context) -> z3.Solver:
+    return z3.Solver(ctx=ctx)
+
+
+SOLVERS: tuple[Callable[[z3.Context], z3.Solver], ...] = (_linearising_solver, _default_solver)
 
 
 def as_int(model: z3.ModelRef, term: Num) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .obligations import DEFAULT_TIMEOUT_MS, Outcome, discharge, format_witness
+from .obligations import DEFAULT_BUDGET, Budget, Outcome, discharge, format_witness
 from .properties import Property, all_properties
 
 
@@ -49,7 +49,12 @@ class PropertyResult:
             "ok": self.ok,
             "seconds": round(self.seconds, 4),
             "obligations": [
-                {"label": o.label, "status": o.status, "seconds": round(o.seconds, 4)}
+                {
+                    "label": o.label,
+                    "status": o.status,
+                    "seconds": round(o.seconds, 4),
+                    "rlimit": o.rlimit,
+                }
                 | ({"reason": o.reason} if o.reason else {})
                 for o in self.outcomes
             ],
@@ -93,14 +98,14 @@ def _replays(w: dict[str, Any] | None) -> bool:
     return bool(entries) and all(v["replay"] == "ok" for v in entries)
 
 
-def run_property(p: Property, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> PropertyResult:
+def run_property(p: Property, budget: Budget = DEFAULT_BUDGET) -> PropertyResult:
     start = time.perf_counter()
     note = ""
     outcomes: list[Outcome] = []
     try:
         obligations = p.build()
         for ob in obligations:
-            outcomes.append(discharge(ob, timeout_ms))
+            outcomes.append(discharge(ob, budget))
     except Exception as exc:  # a broken reference (or mutant) must not crash the whole run
         note = f"could not build/check: {type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
@@ -122,10 +127,10 @@ def run_property(p: Property, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> PropertyR
 
 
 def run_all(
-    selection: Iterable[Property] | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS
+    selection: Iterable[Property] | None = None, budget: Budget = DEFAULT_BUDGET
 ) -> list[PropertyResult]:
     props = list(selection) if selection is not None else all_properties()
-    return [run_property(p, timeout_ms) for p in props]
+    return [run_property(p, budget) for p in props]
 
 
 def select(names: Iterable[str] | None) -> list[Property]:

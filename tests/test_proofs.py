@@ -1,7 +1,9 @@
 """spectally prove: every property as expected, the JSON shape, and witnesses that replay.
 
 How long the proofs take is a benchmark figure (benchmarks/bench_prove.py, budget 60 s on 2
-cores), not a test: a verdict here must not depend on the machine's load (issue 11)."""
+cores), not a test: a verdict here must not depend on the machine's load (issue 11). Every solver
+check is bounded by Z3's resource budget (rlimit, a count of solver work), not by the clock; the
+wall-clock limit is a safety net far above any run (docs/proofs.md, "Solver budget")."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ pytest.importorskip("z3")
 from click.testing import CliRunner
 from spectally.cli import main
 from spectally.proofs.mutants import MUTANTS, patched
+from spectally.proofs.obligations import DEFAULT_RLIMIT
 from spectally.proofs.properties import all_properties
 from spectally.proofs.runner import PropertyResult
 from spectally.proofs.witness import engine_counts, query_from, reference_counts
@@ -54,6 +57,34 @@ def prove_json() -> dict[str, Any]:
 def test_every_property_is_as_expected(results: list[PropertyResult]) -> None:
     bad = {f"{r.name} ({r.mode})": [o.label for o in r.failing] for r in results if not r.ok}
     assert not bad
+
+
+# The budget is at least this many times any obligation's use on the reference (measured:
+# docs/proofs.md, "Solver budget"). Z3's resource count is the same under any load but may vary a
+# little between runs and machines (hash orders); the margin keeps every verdict far from it.
+MARGIN = 50
+
+
+def test_every_check_stays_far_below_the_resource_budget(results: list[PropertyResult]) -> None:
+    uses = {f"{r.name} ({r.mode}) {o.label}": o.rlimit for r in results for o in r.outcomes}
+    assert len(uses) > 250
+    assert all(use > 0 for use in uses.values())  # the count is read, not a default 0
+    near = {label: use for label, use in uses.items() if use * MARGIN > DEFAULT_RLIMIT}
+    assert not near, f"recalibrate (python -m spectally.proofs.calibrate): {near}"
+
+
+def test_an_exhausted_budget_is_unknown_never_proved() -> None:
+    """With a budget of 1 resource unit nothing can be settled: every obligation is unknown,
+    says why, and `spectally prove` fails (a budget that is not applied would prove them)."""
+    result = CliRunner().invoke(main, ["prove", "--only", "step:INV-1", "--rlimit", "1", "--json"])
+    assert result.exit_code == 1, result.output
+    payload = json.loads(result.output)
+    assert payload["counts"] == {"proved": 0, "refuted": 0, "unknown": 2}
+    obligations = [o for p in payload["properties"] for o in p["obligations"]]
+    assert obligations
+    for o in obligations:
+        assert o["status"] == "unknown"
+        assert o["reason"] == "resource budget exhausted (rlimit 1)"
 
 
 def test_registry_names_and_modes() -> None:
