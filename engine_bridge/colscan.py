@@ -350,19 +350,25 @@ def scan(chunk: bytes | bytearray | memoryview) -> Scan:
     first (`compiled`); without numba it runs as plain Python (correct, and very slow)."""
     compiled()
     data: Bytes = np.frombuffer(chunk, dtype=np.uint8)
-    end = len(data)
-    n = int(_count_lines(data, end))
-    starts = np.empty(n, dtype=np.int64)
-    stops = np.empty(n, dtype=np.int64)
-    values = np.empty((n, len(COLUMNS)), dtype=np.int64)
-    outcome = np.empty(n, dtype=np.int64)
-    rid = np.empty(n, dtype=np.int64)
-    first = np.empty((n, 2), dtype=np.int64)
-    hashes = np.empty(n, dtype=np.uint64)
-    table = np.full(1 << (2 * n + 1).bit_length(), -1, dtype=np.int64)
-    distinct = int(
-        _scan_lines(data, end, HASH_MUL, starts, stops, values, outcome, rid, first, table, hashes)
-    )
+    out = kernel_arrays(int(_count_lines(data, len(data))))
+    distinct = int(_scan_lines(data, len(data), HASH_MUL, *out))
+    starts, stops, values, outcome, rid, first = out[:6]
     view = memoryview(chunk).cast("B")
     ids = [str(view[at : at + size], "ascii") for at, size in first[:distinct].tolist()]
     return Scan(starts, stops, outcome >= 0, values, outcome, rid, ids)
+
+
+def kernel_arrays(lines: int) -> tuple[np.ndarray[Any, Any], ...]:
+    """`_scan_lines`' output arrays for a chunk of ``lines`` lines, in its argument order:
+    starts, stops, values, outcome, rid, first (start and length of each distinct id), an
+    empty hash table (-1s; a power of two above twice the lines) and the ids' hashes."""
+    return (
+        np.empty(lines, dtype=np.int64),
+        np.empty(lines, dtype=np.int64),
+        np.empty((lines, len(COLUMNS)), dtype=np.int64),
+        np.empty(lines, dtype=np.int64),
+        np.empty(lines, dtype=np.int64),
+        np.empty((lines, 2), dtype=np.int64),
+        np.full(1 << (2 * lines + 1).bit_length(), -1, dtype=np.int64),
+        np.empty(lines, dtype=np.uint64),
+    )

@@ -65,7 +65,9 @@ APPLIED = OUTCOME_CODE["applied"]
 STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # delivered and per-position counts are bounded by this here
 _COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`'s blocks
-_AS_KEY = COLUMNS[1:] == COUNT_FIELDS  # those rows are the shape table's key fields
+# Those rows are the shape table's key fields in its order, so `check_blocks` takes them as
+# they are (one matrix, `ShapeTable._matrix_key`); a reordering must fail here, not go slow.
+assert COLUMNS[1:] == COUNT_FIELDS, (COLUMNS, COUNT_FIELDS)
 
 
 def _delivered(column: Ints, known: bool) -> None:
@@ -315,7 +317,7 @@ class Columnar:
         )
         if self.shapes is None:
             self.shapes = ShapeTable(mode, k)
-        result = check_blocks(mode, k, columns, self.shapes, blocks if _AS_KEY else None)
+        result = check_blocks(mode, k, columns, self.shapes, blocks)
         stats = list(map(objs.__getitem__, ss_at.tolist()))
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:

@@ -556,16 +556,7 @@ def _kernel_outputs(chunk: bytes, compiled: bool) -> tuple[Any, ...]:
     plain Python (every compiled function swapped for its source, `colscan.PYTHON`)."""
     data = np.frombuffer(chunk, dtype=np.uint8)
     n = chunk.count(b"\n") + int(not chunk.endswith(b"\n"))
-    arrays = (
-        np.empty(n, np.int64),  # starts
-        np.empty(n, np.int64),  # stops
-        np.empty((n, len(COLUMNS)), np.int64),  # values
-        np.empty(n, np.int64),  # outcome
-        np.empty(n, np.int64),  # rid
-        np.empty((n, 2), np.int64),  # first
-        np.full(1 << (2 * n + 1).bit_length(), -1, np.int64),  # table
-        np.empty(n, np.uint64),  # hashes
-    )
+    arrays = colscan.kernel_arrays(n)
     assert colscan.compiled()
     if compiled:
         distinct = colscan._scan_lines(data, len(data), colscan.HASH_MUL, *arrays)
