@@ -467,3 +467,73 @@ def test_a_log_with_no_steps(tmp_path: Path) -> None:
     path.write_bytes(lines[0] + json.dumps(zero).encode() + b"\n")
     fast, _ = same(path)
     assert fast.status == "agree" and columnar_agrees(path)
+
+
+# -- the collector ---------------------------------------------------------------------------
+
+
+def _cyclic_garbage_of(run: Any) -> int:
+    """Objects in reference cycles that ``run()`` left unreachable (what the cyclic collector
+    would have had to free)."""
+    import gc
+
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        run()
+        return gc.collect()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_the_checker_leaves_no_cycles_for_the_collector(tmp_path: Path) -> None:
+    """`columnar.collector_paused` is only safe because the checker frees everything by
+    reference counts: every recorded log and trace, a generated log, and logs the checker
+    hands to the reference (a tampered count, a corrupted line) leave no cyclic garbage."""
+    base = _base()
+    at = _step_line(base)
+    tampered = tmp_path / "tampered.ndjson"
+    tampered.write_bytes(_mutate(base, at, base[at].replace(b'"padding":0', b'"padding":1', 1)))
+    corrupt = tmp_path / "corrupt.ndjson"
+    corrupt.write_bytes(_mutate(base, at, base[at][:-3] + b"\n"))
+    varied = tmp_path / "varied.ndjson"
+    varied.write_bytes(b"".join(synth_varied.lines(3000, seed=2, preempt_share=0.05)))
+    for path in [*LOGS, tampered, corrupt, varied]:
+        garbage = _cyclic_garbage_of(
+            lambda p=path: columnar.replay_columnar(str(p), bar=None)  # type: ignore[misc]
+        )
+        assert garbage == 0, path.name
+
+
+def test_a_cycle_would_be_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: a checker that leaves one cycle per chunk is caught."""
+    real = columnar.Columnar._steps
+
+    def leaky(self: Any, *args: Any, **kw: Any) -> Any:
+        loop: list[Any] = []
+        loop.append(loop)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(columnar.Columnar, "_steps", leaky)
+    path = ROOT / "engine_bridge" / "examples"
+    log = sorted(path.glob("*.ndjson*"))[0]
+    assert _cyclic_garbage_of(lambda: columnar.replay_columnar(str(log), bar=None)) > 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_left_as_it_was(enabled: bool) -> None:
+    import gc
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        with pytest.raises(RuntimeError), columnar.collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError
+        assert gc.isenabled() is enabled
+        columnar.replay_columnar(str(LOGS[0]), bar=None)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()

@@ -1,0 +1,116 @@
+"""The shape table's keys and slots for a chunk's blocks in one compiled pass.
+
+`colblocks.ShapeTable` finds each block's shape (everything the rules read of a block) in an
+open-addressing hash table over numpy arrays. The key of a block packs its nine counts
+(-1 .. k + 2, stored + 1 in ``width`` bits each, in `colblocks.COUNT_FIELDS` order) and its
+three flags (applied, structured, stale: one bit each) into one int64 (`ShapeTable._key`
+says the same with numpy, column by column; the tests hold the two equal). Its slot is the
+top ``bits`` bits of ``key * MIX`` modulo 2**64 (Fibonacci hashing, `ShapeTable._slots`),
+and a key is found in its slot or the next one.
+
+This module is no rule: the rules run over the shapes the table holds (colblocks.py). It is
+the table's plumbing, which numpy can only do as a dozen passes over the chunk (a bound
+check, a product, the flags, a multiply, two gathers, a compare); compiled (jit.py), it is
+one pass over the rows. numba is imported only for chunks of at least `MIN_ROWS` blocks
+(smaller ones take the numpy path: the same keys and ids).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .jit import compile_kernels
+
+Ints = np.ndarray[Any, np.dtype[np.int64]]
+Bools = np.ndarray[Any, np.dtype[np.bool_]]
+
+MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: the top bits of key * 2**64 / phi
+# Chunks with fewer blocks take the numpy path (no numba import for small logs; the tests
+# set 0 so that every chunk runs the kernel).
+MIN_ROWS = 1 << 12
+_KERNELS = ("_shape_slots",)
+_state: list[bool] = []  # [whether compiled] once tried
+
+
+def compiled() -> bool:
+    """Compile the kernel or load it from numba's cache (once per process); False where
+    numba cannot be imported."""
+    if not _state:
+        _state.append(compile_kernels(globals(), PYTHON, _KERNELS))
+    return _state[0]
+
+
+def _shape_slots(
+    counts: Ints,
+    applied: Bools,
+    structured: Bools,
+    stale: Bools,
+    width: int,
+    high: int,
+    shift: np.uint64,
+    slot_keys: Ints,
+    slot_ids: Ints,
+    keys: Ints,
+    ids: Ints,
+) -> bool:
+    """For each row of ``counts`` (n, 9): its key into ``keys`` and the id found for it in
+    its slot or the next (-1: in neither) into ``ids``. False if any count is outside
+    -1 .. ``high`` (k + 2): no key fits then (``keys`` and ``ids`` are garbage), and the
+    caller checks the blocks unpacked.
+    ``shift``: 64 - bits, for a table of 2**bits slots."""
+    # Two passes: the keys, with the bound check folded into one flag (no branch in the
+    # loop, so the compiler can keep it tight), then the probes.
+    limit = np.uint64(high + 1)  # value + 1 as unsigned: -1 .. high <-> 0 .. high + 1
+    bad = False
+    for i in range(counts.shape[0]):
+        key = np.int64(0)
+        for j in range(counts.shape[1]):
+            value = counts[i, j] + 1
+            bad |= np.uint64(value) > limit
+            key = (key << width) | value
+        key = (key << 3) | (np.int64(applied[i]) << 2)
+        key |= (np.int64(structured[i]) << 1) | np.int64(stale[i])
+        keys[i] = key
+    if bad:
+        return False
+    mask = len(slot_keys) - 1
+    for i in range(counts.shape[0]):
+        key = keys[i]
+        slot = np.int64((np.uint64(key) * np.uint64(MIX)) >> shift)
+        if slot_keys[slot] == key:
+            ids[i] = slot_ids[slot]
+            continue
+        slot = (slot + 1) & mask
+        ids[i] = slot_ids[slot] if slot_keys[slot] == key else -1
+    return True
+
+
+PYTHON: dict[str, Any] = {name: globals()[name] for name in _KERNELS}
+
+
+def shape_slots(
+    counts: Ints,
+    applied: Bools,
+    structured: Bools,
+    stale: Bools,
+    width: int,
+    k: int,
+    slot_keys: Ints,
+    slot_ids: Ints,
+) -> tuple[Ints, Ints] | None:
+    """The blocks' keys and the ids their slots hold (-1: not there), or None when a count
+    does not fit a key (`_shape_slots`). The caller compiles the kernel first (`compiled`);
+    the plain Python source is for the tests (its uint64 product warns of the wrap-around
+    that numba's machine code does silently)."""
+    n = len(counts)
+    keys = np.empty(n, dtype=np.int64)
+    ids = np.empty(n, dtype=np.int64)
+    bits = len(slot_keys).bit_length() - 1
+    shift = np.uint64(64 - bits)
+    if not _shape_slots(
+        counts, applied, structured, stale, width, k + 2, shift, slot_keys, slot_ids, keys, ids
+    ):
+        return None
+    return keys, ids
