@@ -37,6 +37,7 @@ from spectally.reference.step import (
     rfc_step,
 )
 
+from . import colkeys
 from .array_arith import ARRAY_ARITH, Bools, Ints
 from .colread import Irregular
 from .colseq import LANES_MAX, Lanes, lane_words
@@ -206,28 +207,6 @@ class ShapeTable:
         key += constant  # the exact key, in 0 .. 2**63 - 1 (wrapping on the way is modular)
         return key
 
-    def _matrix_key(self, counts: Ints, c: BlockColumns) -> Ints | None:
-        """`_key` from the blocks' counts as one (n, 9) matrix, columns in `COUNT_FIELDS`
-        order (the same values as ``c``'s count columns): the same key, from a bound check
-        and one matrix-vector product over contiguous memory instead of a few passes per
-        column (each column of the block rows is strided: every pass read all of them)."""
-        width = self.width
-        if not width or not len(counts):
-            return self._key(c)
-        if int(counts.min()) < -1 or int(counts.max()) > self.k + 2:
-            return None  # as `_key`: a count far above k
-        position = [9 * width + 3 - (j + 1) * width for j in range(9)]
-        weights = np.array([1 << p for p in position], dtype=np.int64)
-        key: Ints = counts @ weights
-        flags = c.applied.astype(np.int64)
-        flags <<= 1
-        flags |= c.structured
-        flags <<= 1
-        flags |= c.stale
-        key += flags
-        key += int(weights.sum())  # each count + 1 (-1 .. k + 2 -> 0 .. k + 3)
-        return key
-
     def _slots(self, key: Ints) -> Ints:
         bits = len(self.slot_keys).bit_length() - 1
         mixed = key.view(np.uint64) * _MIX
@@ -249,11 +228,34 @@ class ShapeTable:
         """The shape id of every block; None when the counts do not fit a key (the caller
         checks them unpacked). New shapes are checked by the rules before any verdict
         (`totals`), and their legacy counts evaluated at once. ``counts``: optionally the
-        count columns as one matrix (`_matrix_key`)."""
-        key = self._key(c) if counts is None else self._matrix_key(counts, c)
-        if key is None:
-            return None
-        ids = self._probe(key)
+        count columns as one (n, 9) matrix in `COUNT_FIELDS` order; with it, a chunk of
+        `colkeys.MIN_ROWS` blocks or more finds its keys and slots in one compiled pass
+        (`colkeys.shape_slots`: the same keys as `_key`)."""
+        if (
+            counts is not None
+            and self.width
+            and len(counts) >= colkeys.MIN_ROWS
+            and colkeys.compiled()
+        ):
+            found = colkeys.shape_slots(
+                counts,
+                c.applied,
+                c.structured,
+                c.stale,
+                self.width,
+                self.k,
+                self.slot_keys,
+                self.slot_ids,
+            )
+            if found is None:
+                return None
+            key, ids = found
+        else:
+            maybe = self._key(c)
+            if maybe is None:
+                return None
+            key = maybe
+            ids = self._probe(key)
         miss = np.flatnonzero(ids < 0)
         batch = 1024
         while len(miss):
@@ -369,7 +371,7 @@ COUNT_FIELDS = (
     "accepted",
     "delivered",
 )
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the top bits of key * 2**64 / phi
+_MIX = np.uint64(colkeys.MIX)  # Fibonacci hashing: the top bits of key * 2**64 / phi
 
 
 def _shift(key: Ints, bits: int) -> None:

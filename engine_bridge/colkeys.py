@@ -63,7 +63,7 @@ def _shape_slots(
     # Two passes: the keys, with the bound check folded into one flag (no branch in the
     # loop, so the compiler can keep it tight), then the probes.
     limit = np.uint64(high + 1)  # value + 1 as unsigned: -1 .. high <-> 0 .. high + 1
-    bad = False
+    bad: np.bool_ = np.bool_(False)
     for i in range(counts.shape[0]):
         key = np.int64(0)
         for j in range(counts.shape[1]):

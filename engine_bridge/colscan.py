@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from .jit import compile_kernels
+
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Bools = np.ndarray[Any, np.dtype[np.bool_]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
@@ -160,20 +162,10 @@ _state: list[bool] = []  # [whether compiled] once tried
 
 def compiled() -> bool:
     """Compile the kernel, or load it from numba's cache beside this module (once per
-    process); False where numba cannot be imported (every line then goes to the typed
-    decoder)."""
+    process, `jit.compile_kernels`); False where numba cannot be imported (every line then
+    goes to the typed decoder)."""
     if not _state:
-        try:
-            import numba
-        except ImportError:  # pragma: no cover - numba is a dependency of spectally[bridge]
-            _state.append(False)
-            return False
-        space = globals()
-        for name in _INLINED:
-            space[name] = numba.njit(cache=True, inline="always")(PYTHON[name])
-        for name in _KERNELS:
-            space[name] = numba.njit(cache=True, nogil=True)(PYTHON[name])
-        _state.append(True)
+        _state.append(compile_kernels(globals(), PYTHON, _KERNELS, _INLINED))
     return _state[0]
 
 

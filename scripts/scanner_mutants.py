@@ -1,11 +1,12 @@
-"""Deliberate bugs in the compiled scanner (engine_bridge/colscan.py): each must fail
-tests/test_colscan.py.
+"""Deliberate bugs in the compiled kernels: each must fail its tests. The scanner
+(engine_bridge/colscan.py) against tests/test_colscan.py, the shape keys
+(engine_bridge/colkeys.py) against tests/test_colblocks_shapes.py.
 
     .venv/bin/python scripts/scanner_mutants.py          # about 1 minute a mutant (recompiles)
     .venv/bin/python scripts/scanner_mutants.py control  # only mutants whose name has "control"
 
-Each mutant rewrites colscan.py in place, runs the test file and puts the file back (also on
-Ctrl-C), so run it on a clean checkout (it refuses a modified colscan.py). Prints one line a
+Each mutant rewrites its module in place, runs the test file and puts the file back (also on
+Ctrl-C), so run it on a clean checkout (it refuses a modified kernel module). Prints one line a
 mutant: CAUGHT (the tests failed) or MISSED; exits 1 if any is missed. One mutant is listed as
 equivalent: it changes no verdict, and is kept to say so.
 """
@@ -18,6 +19,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SCANNER = REPO / "engine_bridge" / "colscan.py"
+KEYS = REPO / "engine_bridge" / "colkeys.py"
+TESTS = {SCANNER: "tests/test_colscan.py", KEYS: "tests/test_colblocks_shapes.py"}
 
 # (name, text in colscan.py, replacement)
 MUTANTS = [
@@ -72,16 +75,30 @@ MUTANTS = [
     ),
     ("declined row not cleared", "row[:] = 0\n", "pass\n"),
 ]
+# (name, text in colkeys.py, replacement)
+KEY_MUTANTS = [
+    ("bound off by one", "bad |= np.uint64(value) > limit", "bad |= np.uint64(value) >= limit"),
+    ("no bound check", "    if bad:\n        return False\n", ""),
+    ("field one bit narrower", "key = (key << width) | value",
+     "key = (key << (width - 1)) | value"),
+    ("count not shifted by one", "value = counts[i, j] + 1", "value = counts[i, j]"),
+    ("flags swapped", "(np.int64(structured[i]) << 1) | np.int64(stale[i])",
+     "(np.int64(stale[i]) << 1) | np.int64(structured[i])"),
+    ("second slot not probed", "slot = (slot + 1) & mask", "slot = slot & mask"),
+    ("second slot's id taken unchecked",
+     "ids[i] = slot_ids[slot] if slot_keys[slot] == key else -1", "ids[i] = slot_ids[slot]"),
+    ("a hit not recognised", "if slot_keys[slot] == key:", "if slot_keys[slot] == key + 1:"),
+]  # fmt: skip
 # Accepted by both decoders alike (JSON allows U+007F unescaped): no verdict can change.
 EQUIVALENT = [("DEL byte in an id", "c > 0x7E", "c > 0x7F")]
 
 
-def run(name: str, old: str, new: str, source: str) -> bool:
-    """Whether the tests fail with ``old`` replaced by ``new``."""
-    assert source.count(old) >= 1, f"{name}: {old!r} is not in colscan.py"
-    SCANNER.write_text(source.replace(old, new, 1))
+def run(name: str, old: str, new: str, source: str, module: Path = SCANNER) -> bool:
+    """Whether the tests fail with ``old`` replaced by ``new`` in ``module``."""
+    assert source.count(old) >= 1, f"{name}: {old!r} is not in {module.name}"
+    module.write_text(source.replace(old, new, 1))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/test_colscan.py", "-x", "-q", "-p",
+        [sys.executable, "-m", "pytest", TESTS[module], "-x", "-q", "-p",
          "no:cacheprovider"],
         cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
     )  # fmt: skip
@@ -92,23 +109,31 @@ def run(name: str, old: str, new: str, source: str) -> bool:
 
 def main() -> int:
     status = subprocess.run(
-        ["git", "status", "--porcelain", str(SCANNER)], cwd=REPO, capture_output=True, text=True
-    ).stdout
+        ["git", "status", "--porcelain", str(SCANNER), str(KEYS)],
+        cwd=REPO, capture_output=True, text=True,
+    ).stdout  # fmt: skip
     if status.strip():
-        print("colscan.py has changes: run this on a clean checkout", file=sys.stderr)
+        print("a kernel module has changes: run this on a clean checkout", file=sys.stderr)
         return 2
-    source = SCANNER.read_text()
-    chosen = [m for m in MUTANTS if not sys.argv[1:] or any(a in m[0] for a in sys.argv[1:])]
+    wanted = sys.argv[1:]
+    chosen = [
+        (module, *m)
+        for module, mutants in ((SCANNER, MUTANTS), (KEYS, KEY_MUTANTS))
+        for m in mutants
+        if not wanted or any(a in m[0] for a in wanted)
+    ]
+    sources = {module: module.read_text() for module in TESTS}
     missed = []
     try:
-        for name, old, new in chosen:
-            if not run(name, old, new, source):
+        for module, name, old, new in chosen:
+            if not run(name, old, new, sources[module], module):
                 missed.append(name)
-        for name, old, new in EQUIVALENT if not sys.argv[1:] else []:
+        for name, old, new in EQUIVALENT if not wanted else []:
             print("equivalent:", end=" ")
-            run(name, old, new, source)
+            run(name, old, new, sources[SCANNER])
     finally:
-        SCANNER.write_text(source)
+        for module, source in sources.items():
+            module.write_text(source)
     print(f"{len(chosen) - len(missed)} of {len(chosen)} mutants caught")
     return 1 if missed else 0
 

@@ -39,10 +39,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def _scan_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled scanner on every chunk, however small: a replay reaches it only from
     `colscan.MIN_BYTES` a chunk, and the tests' logs are small, yet it is the scanner that
-    has to be exact. (CLI tests in a subprocess keep the production threshold.)"""
-    from spectally.engine_bridge import colscan
+    has to be exact. The same for the compiled shape keys (`colkeys.MIN_ROWS` blocks).
+    (CLI tests in a subprocess keep the production thresholds.)"""
+    from spectally.engine_bridge import colkeys, colscan
 
     monkeypatch.setattr(colscan, "MIN_BYTES", 0)
+    monkeypatch.setattr(colkeys, "MIN_ROWS", 0)
 
 
 # -- coverage: measured where the reference itself is tested -------------------------------------

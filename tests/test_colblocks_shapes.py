@@ -5,13 +5,13 @@ and legacy counts packed in lanes (colseq.Lanes) or not."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from spectally.engine_bridge import colblocks, colseq, columnar, synth_varied
+from spectally.engine_bridge import colblocks, colkeys, colseq, columnar, synth_varied
 from spectally.engine_bridge.colblocks import BlockColumns, ShapeTable
 from spectally.engine_bridge.colread import Irregular
 from spectally.engine_bridge.colseq import Lanes, StatsColumns
@@ -125,28 +125,74 @@ def test_a_blocks_key_does_not_depend_on_its_chunk(tmp_path: Path, k: int) -> No
 
 
 @pytest.mark.parametrize("k", [3, 8, 64])
-def test_the_matrix_key_is_the_column_key(tmp_path: Path, k: int) -> None:
-    """The key from the count matrix the columnar checker passes (`_matrix_key`) is the key
-    from the columns (`_key`), block for block, and that matrix holds the very values of the
-    columns; a count that does not fit gives no key either way (k = 64, and a count put far
-    above k)."""
+def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
+    """The keys and slots of the compiled pass over the count matrix the columnar checker
+    passes (`colkeys.shape_slots`) are the keys from the columns (`_key`) and what
+    `_probe` finds for them, block for block, and that matrix holds the very values of the
+    columns; a count that does not fit gives no key either way (k = 64 has no key width; a
+    count put just above k + 2 or just below -1)."""
     mode, chunks, matrices = _spied(tmp_path, k)
     assert all(m is not None for m in matrices)
     table = ShapeTable(mode, k)
+    assert (k == 64) is (table.width == 0)
     for c, counts in zip(chunks, matrices, strict=True):
         for j, name in enumerate(colblocks.COUNT_FIELDS):
             assert (counts[:, j] == getattr(c, name)).all()
         want = table._key(c)
-        got = table._matrix_key(counts, c)
-        if want is None:
-            assert got is None
+        if not table.width:
+            assert want is None
             continue
+        assert want is not None
+        got = _compiled_slots(table, counts, c)
         assert got is not None
-        assert (want == got).all()
-        high = counts.copy()
-        high[len(high) // 2, 4] = k + 3
-        assert table._matrix_key(high, c) is None
-    assert (k == 64) is (table.width == 0)
+        assert (got[0] == want).all()
+        assert (got[1] == table._probe(want)).all()
+        table.lookup(c, counts)  # the table fills: later chunks find shapes in their slots
+        for row, value in ((len(counts) // 2, k + 3), (len(counts) - 1, -2)):
+            bad = counts.copy()
+            bad[row, 4] = value
+            assert _compiled_slots(table, bad, c) is None
+            column = c.invalid.copy()
+            column[row] = value
+            assert table._key(replace(c, invalid=column)) is None
+        for value in (k + 2, -1):  # the bounds themselves fit
+            edge = counts.copy()
+            edge[0, 4] = value
+            column = c.invalid.copy()
+            column[0] = value
+            keys = table._key(replace(c, invalid=column))
+            got = _compiled_slots(table, edge, c)
+            assert keys is not None and got is not None and (got[0] == keys).all()
+    assert table.width == 0 or (table.slot_keys >= 0).sum() > 10
+
+
+def _compiled_slots(table: ShapeTable, counts: Any, c: BlockColumns) -> Any:
+    return colkeys.shape_slots(
+        counts,
+        c.applied,
+        c.structured,
+        c.stale,
+        table.width,
+        table.k,
+        table.slot_keys,
+        table.slot_ids,
+    )
+
+
+def test_the_compiled_kernel_is_its_python_source(tmp_path: Path) -> None:
+    """numba's machine code gives what the kernel's source gives run as plain Python (the
+    source the other tests read as the specification of the compiled pass)."""
+    mode, chunks, matrices = _spied(tmp_path, 8)
+    table = ShapeTable(mode, 8)
+    assert colkeys.compiled()
+    for c, counts in zip(chunks[:4], matrices[:4], strict=True):
+        compiled = _compiled_slots(table, counts, c)
+        with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
+            mp.setattr(colkeys, "_shape_slots", colkeys.PYTHON["_shape_slots"])
+            plain = _compiled_slots(table, counts, c)
+        assert compiled is not None and plain is not None
+        assert (compiled[0] == plain[0]).all() and (compiled[1] == plain[1]).all()
+        table.lookup(c, counts)
 
 
 def test_shapes_found_through_the_dict_only(tmp_path: Path) -> None:
