@@ -409,10 +409,12 @@ def check_blocks(
             shapes.folded.append(part)
         counters, shift = part if shapes is None else (None, None)
         return BlockResult((legacy[:, 0], legacy[:, 1], legacy[:, 2]), counters, shift)
-    gathered = tuple(column[ids] for column in table.legacy)
-    per_block: tuple[Ints, Ints, Ints] | Lanes = (
-        Lanes(gathered) if table.lanes else (gathered[0], gathered[1], gathered[2])
-    )
+    per_block: tuple[Ints, Ints, Ints] | Lanes
+    if table.lanes:  # the shapes' words and each block's shape: summed per step from there
+        per_block = Lanes(table.legacy, ids)
+    else:
+        drafts, tokens, accepted = (column[ids] for column in table.legacy)
+        per_block = (drafts, tokens, accepted)
     if shapes is None:
         counters, shift = table.totals()
         return BlockResult(per_block, counters, shift)

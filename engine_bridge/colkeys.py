@@ -1,4 +1,4 @@
-"""The shape table's keys and slots for a chunk's blocks in one compiled pass.
+"""The shape table's plumbing, compiled: keys and slots, and per-step sums over shapes.
 
 `colblocks.ShapeTable` finds each block's shape (everything the rules read of a block) in an
 open-addressing hash table over numpy arrays. The key of a block packs its nine counts
@@ -6,7 +6,9 @@ open-addressing hash table over numpy arrays. The key of a block packs its nine 
 three flags (applied, structured, stale: one bit each) into one int64 (`ShapeTable._key`
 says the same with numpy, column by column; the tests hold the two equal). Its slot is the
 top ``bits`` bits of ``key * MIX`` modulo 2**64 (Fibonacci hashing, `ShapeTable._slots`),
-and a key is found in its slot or the next one.
+and a key is found in its slot or the next one. `run_sums` then sums, per engine step (a run
+of the chunk's blocks), the packed legacy counts of its blocks' shapes (`colseq.Lanes`,
+read from the table by shape id instead of gathered into one word per block first).
 
 This module is no rule: the rules run over the shapes the table holds (colblocks.py). It is
 the table's plumbing, which numpy can only do as a dozen passes over the chunk (a bound
@@ -30,7 +32,7 @@ MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: the top bits of key * 2**64 / phi
 # Chunks with fewer blocks take the numpy path (no numba import for small logs; the tests
 # set 0 so that every chunk runs the kernel).
 MIN_ROWS = 1 << 12
-_KERNELS = ("_shape_slots",)
+_KERNELS = ("_shape_slots", "_run_sums")
 _state: list[bool] = []  # [whether compiled] once tried
 
 
@@ -87,6 +89,19 @@ def _shape_slots(
     return True
 
 
+def _run_sums(starts: Ints, ids: Ints, by_shape: Ints, out: Ints) -> None:
+    """``out[r, w]`` += the sum of ``by_shape[ids[i], w]`` over the blocks ``i`` of run
+    ``r`` (run r is ``starts[r]`` up to the next start, the last one up to ``len(ids)``);
+    int64 sums wrap modulo 2**64 as ``np.add.reduceat``'s do."""
+    n = len(ids)
+    for r in range(len(starts)):
+        stop = starts[r + 1] if r + 1 < len(starts) else n
+        for i in range(starts[r], stop):
+            row = ids[i]
+            for w in range(by_shape.shape[1]):
+                out[r, w] += by_shape[row, w]
+
+
 PYTHON: dict[str, Any] = {name: globals()[name] for name in _KERNELS}
 
 
@@ -114,3 +129,13 @@ def shape_slots(
     ):
         return None
     return keys, ids
+
+
+def run_sums(starts: Ints, ids: Ints, by_shape: Ints) -> Ints:
+    """Per run of blocks (``starts``: each run's first block), the sums of its blocks' rows
+    of ``by_shape`` (one row per shape id, ``ids`` per block): what ``np.add.reduceat`` over
+    ``by_shape[ids]`` gives, without gathering a row per block (`_run_sums`). The caller
+    compiles the kernel first (`compiled`)."""
+    out = np.zeros((len(starts), by_shape.shape[1]), dtype=np.int64)
+    _run_sums(starts.astype(np.int64, copy=False), ids, by_shape, out)
+    return out

@@ -35,6 +35,7 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs
 from spectally.reference.transitions import is_applied, lifecycle_rule
 
+from . import colkeys
 from .array_arith import Ints
 from .colread import Irregular
 from .translate import LIFECYCLE_OUTCOME
@@ -345,13 +346,33 @@ class Lanes:
     """Per block legacy counts packed ``LANE`` bits a lane, four lanes a word: num_drafts,
     num_draft_tokens, num_accepted_tokens, then per position i whether accepted > i. A step's
     sums are then the sums of its blocks' words, lane by lane, while no lane's sum reaches
-    2**16 (checked: the longest step times the largest lane value, k)."""
+    2**16 (checked: the longest step times the largest lane value, k).
+
+    ``ids`` None: ``words`` has one entry per block. Else ``words`` has one entry per shape
+    (the `colblocks.ShapeTable`'s) and ``ids`` the shape of each block."""
 
     words: tuple[Ints, ...]
+    ids: Ints | None = None
+
+    def per_block(self) -> tuple[Ints, ...]:
+        if self.ids is None:
+            return self.words
+        ids = self.ids
+        return tuple(word[ids] for word in self.words)
 
     def unpacked(self, k: int) -> tuple[Ints, Ints, Ints]:
-        drafts, tokens, accepted = (_lane(self.words, i) for i in range(3))
+        words = self.per_block()
+        drafts, tokens, accepted = (_lane(words, i) for i in range(3))
         return drafts, tokens, accepted
+
+    def step_sums(self, starts: Ints) -> Ints:
+        """The words summed over each run of blocks (``starts``: the runs' first blocks), as
+        an (runs, words) array: per shape in one compiled pass (`colkeys.run_sums`) for a
+        chunk of `colkeys.MIN_ROWS` blocks or more, else gathered and `np.add.reduceat`."""
+        ids = self.ids
+        if ids is not None and len(ids) >= colkeys.MIN_ROWS and colkeys.compiled():
+            return colkeys.run_sums(starts, ids, np.stack(self.words, axis=1))
+        return np.stack([np.add.reduceat(word, starts) for word in self.per_block()], axis=1)
 
 
 def lane_words(k: int, drafts: Ints, tokens: Ints, accepted: Ints) -> tuple[Ints, ...]:
@@ -371,6 +392,17 @@ def _lane(words: tuple[Ints, ...], i: int) -> Ints:
     return (words[i // 4].view(np.uint64) >> np.uint64(LANE * (i % 4))).astype(np.int64) & (
         (1 << LANE) - 1
     )
+
+
+_LANE_SHIFTS = np.arange(0, 64, LANE, dtype=np.uint64)
+
+
+def _all_lanes(words: Ints, count: int) -> Ints:
+    """The first ``count`` lanes of ``words`` (n, words) as an (n, count) array: lane i is
+    `_lane` i of the words (one broadcast shift over all words instead of a few operations per
+    lane; a chunk has a few thousand steps, so the per-call costs were most of the time)."""
+    lanes = (words.view(np.uint64)[:, :, None] >> _LANE_SHIFTS) & np.uint64((1 << LANE) - 1)
+    return lanes.reshape(len(words), -1)[:, :count].astype(np.int64)
 
 
 def check_step_stats(
@@ -411,9 +443,7 @@ def check_step_stats(
             legacy = legacy.unpacked(k)  # a step so long that a lane could overflow
         else:
             rows = np.searchsorted(steps, run_step) if steps is not run_step else slice(None)
-            sums = tuple(np.add.reduceat(word, starts) for word in legacy.words)
-            for i in range(3 + k):
-                expected[rows, i] = _lane(sums, i)
+            expected[rows] = _all_lanes(legacy.step_sums(starts), 3 + k)
     if n and not isinstance(legacy, Lanes):
         rows = np.searchsorted(steps, run_step)
         drafts, tokens, accepted = legacy

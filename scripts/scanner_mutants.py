@@ -88,6 +88,11 @@ KEY_MUTANTS = [
     ("second slot's id taken unchecked",
      "ids[i] = slot_ids[slot] if slot_keys[slot] == key else -1", "ids[i] = slot_ids[slot]"),
     ("a hit not recognised", "if slot_keys[slot] == key:", "if slot_keys[slot] == key + 1:"),
+    ("last run cut short", "if r + 1 < len(starts) else n", "if r + 1 < len(starts) else n - 1"),
+    ("a run's first block skipped", "for i in range(starts[r], stop):",
+     "for i in range(starts[r] + 1, stop):"),
+    ("first word only", "for w in range(by_shape.shape[1]):", "for w in range(1):"),
+    ("block's own row, not its shape's", "row = ids[i]", "row = i % len(by_shape)"),
 ]  # fmt: skip
 # Accepted by both decoders alike (JSON allows U+007F unescaped): no verdict can change.
 EQUIVALENT = [("DEL byte in an id", "c > 0x7E", "c > 0x7F")]

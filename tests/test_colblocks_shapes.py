@@ -265,3 +265,29 @@ def test_a_step_too_long_for_the_lanes() -> None:
         outcomes.append(verdicts[0])
     assert outcomes == ["ok", "refused"]
     assert lanes.unpacked(k)[1].tolist() == tokens.tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_step_sums_over_shapes_are_the_sums_of_gathered_words(seed: int) -> None:
+    """`colkeys.run_sums` (per run, the shapes' words summed by id, compiled) is
+    ``np.add.reduceat`` of the words gathered per block, wrap-around included; and the
+    compiled kernel is its Python source. `Lanes.step_sums` takes either path alike."""
+    rng = np.random.default_rng(seed)
+    shapes, n = int(rng.integers(1, 300)), int(rng.integers(1, 5000))
+    info = np.iinfo(np.int64)
+    by_shape = rng.integers(info.min, info.max, (shapes, 3), dtype=np.int64)
+    ids = rng.integers(0, shapes, n)
+    starts = np.flatnonzero(np.r_[True, rng.random(n - 1) < 0.05])  # runs of any length
+    want = np.stack([np.add.reduceat(by_shape[ids, w], starts) for w in range(3)], axis=1)
+    assert colkeys.compiled()
+    assert (colkeys.run_sums(starts, ids, by_shape) == want).all()
+    with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
+        mp.setattr(colkeys, "_run_sums", colkeys.PYTHON["_run_sums"])
+        assert (colkeys.run_sums(starts, ids, by_shape) == want).all()
+    lanes = Lanes(tuple(by_shape.T.copy()), ids)
+    for rows in (0, n + 1):  # the compiled path, then the numpy one
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(colkeys, "MIN_ROWS", rows)
+            assert (lanes.step_sums(starts) == want).all()
+    gathered = lanes.per_block()
+    assert all((g == by_shape[ids, w]).all() for w, g in enumerate(gathered))

@@ -136,3 +136,19 @@ class RequestTableCopy(RequestTable):
         super().__init__()
         self.ended = other.ended.copy()
         self.ended_next = other.ended_next
+
+
+@pytest.mark.parametrize("k", [1, 4, 8, 13])
+def test_all_lanes_at_once_are_each_lane(k: int) -> None:
+    """`colseq._all_lanes` (every lane of the step sums in one broadcast) gives lane i as
+    `colseq._lane` does, top lane bits and all, for every word count up to four."""
+    rng = np.random.default_rng(k)
+    count = 3 + k
+    words = tuple(
+        rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 50, dtype=np.int64)
+        for _ in range((count + 3) // 4)
+    )
+    got = colseq._all_lanes(np.stack(words, axis=1), count)
+    assert got.shape == (50, count)
+    for i in range(count):
+        assert (got[:, i] == colseq._lane(words, i)).all()
