@@ -12,6 +12,7 @@ replay then judges the whole log and writes the report.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -275,7 +276,7 @@ class ShapeTable:
         dict, new ones added (checked by the rules later, in one batch: `_check_pending`)."""
         keys, first, inverse = np.unique(key[miss], return_index=True, return_inverse=True)
         known = self.ids
-        found = np.fromiter((known.get(k, -1) for k in keys.tolist()), np.int64, len(keys))
+        found = np.fromiter(map(known.get, keys.tolist(), repeat(-1)), np.int64, len(keys))
         new = np.flatnonzero(found < 0)
         if len(new):
             at = miss[first[new]]
@@ -284,8 +285,7 @@ class ShapeTable:
             lg = legacy_step(self.mode, x, ARRAY_ARITH)
             start = len(self.weights)
             found[new] = np.arange(start, start + len(new))
-            for k, i in zip(keys[new].tolist(), found[new].tolist(), strict=True):
-                known[k] = i
+            known.update(zip(keys[new].tolist(), found[new].tolist(), strict=True))
             self.rows.append(rows)
             self.pending.append(rows)
             values = [

@@ -339,6 +339,7 @@ class StatsColumns:
 
 LANE = 16  # bits per packed count
 LANES_MAX = 16  # at most four words per block
+_LANE_SHIFTS = np.arange(0, 64, LANE, dtype=np.uint64)  # lane b of a word: bits 16 b ..
 
 
 @dataclass
@@ -376,25 +377,21 @@ class Lanes:
 
 
 def lane_words(k: int, drafts: Ints, tokens: Ints, accepted: Ints) -> tuple[Ints, ...]:
-    """The `Lanes` words of these legacy counts (3 + k lanes; None when more than
-    ``LANES_MAX``)."""
-    lanes = [drafts, tokens, accepted, *((accepted > i) for i in range(k))]
-    words = []
-    for first in range(0, len(lanes), 4):
-        word = np.zeros(len(drafts), dtype=np.int64)
-        for b, lane in enumerate(lanes[first : first + 4]):
-            word |= lane.astype(np.int64) << (LANE * b)
-        words.append(word)
-    return tuple(words)
+    """The `Lanes` words of these legacy counts (3 + k lanes, at most ``LANES_MAX``; each
+    value below 2**16): lanes 4w .. 4w + 3 in word w, lane b of a word at bit ``LANE * b``."""
+    n, count = len(drafts), 3 + k
+    lanes = np.zeros((n, -(-count // 4) * 4), dtype=np.uint64)
+    lanes[:, 0], lanes[:, 1], lanes[:, 2] = drafts, tokens, accepted
+    lanes[:, 3:count] = accepted[:, None] > np.arange(k)
+    shifted = lanes.reshape(n, -1, 4) << _LANE_SHIFTS
+    words = np.bitwise_or.reduce(shifted, axis=2).view(np.int64)  # (n, words)
+    return tuple(np.ascontiguousarray(words[:, w]) for w in range(words.shape[1]))
 
 
 def _lane(words: tuple[Ints, ...], i: int) -> Ints:
     return (words[i // 4].view(np.uint64) >> np.uint64(LANE * (i % 4))).astype(np.int64) & (
         (1 << LANE) - 1
     )
-
-
-_LANE_SHIFTS = np.arange(0, 64, LANE, dtype=np.uint64)
 
 
 def _all_lanes(words: Ints, count: int) -> Ints:

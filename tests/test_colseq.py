@@ -152,3 +152,18 @@ def test_all_lanes_at_once_are_each_lane(k: int) -> None:
     assert got.shape == (50, count)
     for i in range(count):
         assert (got[:, i] == colseq._lane(words, i)).all()
+
+
+@pytest.mark.parametrize("k", [1, 4, 5, 8, 13])
+def test_lane_words_pack_each_lane_where_lane_reads_it(k: int) -> None:
+    """`colseq.lane_words` then `colseq._lane`: drafts, tokens, accepted and, per position
+    i, whether accepted > i, each back from its 16 bits (top lanes of a word included)."""
+    rng = np.random.default_rng(k)
+    drafts, tokens, accepted = (rng.integers(0, 1 << 16, 40) for _ in range(3))
+    accepted[:5] = np.arange(5)  # small values, so every position lane is 0 and 1 somewhere
+    words = colseq.lane_words(k, drafts, tokens, accepted)
+    assert len(words) == -(-(3 + k) // 4)
+    assert all(w.dtype == np.int64 and w.flags.c_contiguous for w in words)
+    want = [drafts, tokens, accepted, *((accepted > i).astype(np.int64) for i in range(k))]
+    for i, lane in enumerate(want):
+        assert (colseq._lane(words, i) == lane).all(), i
