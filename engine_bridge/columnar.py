@@ -68,7 +68,7 @@ STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # delivered and per-position counts are bounded by this here
 _COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`'s blocks
 # Those rows are the shape table's key fields in its order, so `check_blocks` takes them as
-# they are (one matrix, `ShapeTable._matrix_key`); a reordering must fail here, not go slow.
+# they are (one matrix, `colkeys.shape_slots`); a reordering must fail here, not go slow.
 assert COLUMNS[1:] == COUNT_FIELDS, (COLUMNS, COUNT_FIELDS)
 
 
