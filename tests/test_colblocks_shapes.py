@@ -291,3 +291,37 @@ def test_step_sums_over_shapes_are_the_sums_of_gathered_words(seed: int) -> None
             assert (lanes.step_sums(starts) == want).all()
     gathered = lanes.per_block()
     assert all((g == by_shape[ids, w]).all() for w, g in enumerate(gathered))
+
+
+def test_a_log_under_a_mebibyte_never_imports_numba(tmp_path: Path) -> None:
+    """Importing numba costs a process ~0.7 s: a log the scanner leaves to the typed decoder
+    (under `colscan.MIN_BYTES`) must not pay it for the shape keys either, however many blocks
+    it packs into that mebibyte (`colkeys.MIN_ROWS`). Run in a fresh process: the tests'
+    own thresholds are 0."""
+    import subprocess
+    import sys
+
+    from spectally.engine_bridge import synth
+
+    limit = 1 << 20  # colscan.MIN_BYTES outside the tests (checked in the subprocess below)
+    path = tmp_path / "small.ndjson"
+    with path.open("wb") as log:
+        size = 0
+        for line in synth.lines(100_000, seed=3):
+            if size + len(line) >= limit:
+                break
+            log.write(line)
+            size += len(line)
+    blocks = path.read_bytes().count(b'"request_step"')
+    assert blocks > 4096  # more blocks than a smaller threshold would let through
+    code = (
+        "import sys\n"
+        "from spectally.engine_bridge import colscan\n"
+        "from spectally.engine_bridge.replay import replay_file\n"
+        "r = replay_file(sys.argv[1], progress=False)\n"
+        "print(colscan.MIN_BYTES, r.status, r.checker, 'numba' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [str(limit), "incomplete", "columnar", "False"], out
