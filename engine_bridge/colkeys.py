@@ -12,9 +12,10 @@ read from the table by shape id instead of gathered into one word per block firs
 
 This module is no rule: the rules run over the shapes the table holds (colblocks.py). It is
 the table's plumbing, which numpy can only do as a dozen passes over the chunk (a bound
-check, a product, the flags, a multiply, two gathers, a compare); compiled (jit.py), it is
-one pass over the rows. numba is imported only for chunks of at least `MIN_ROWS` blocks
-(smaller ones take the numpy path: the same keys and ids).
+check, a product, the flags, a multiply, two gathers, a compare; then a gather per word and
+a segment sum); compiled (jit.py), each is one pass over the rows. numba is imported only for
+chunks of at least `MIN_ROWS` blocks (smaller ones take the numpy path: `ShapeTable._key`,
+`_probe`, ``np.add.reduceat``; the same keys, ids and sums).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ _state: list[bool] = []  # [whether compiled] once tried
 
 
 def compiled() -> bool:
-    """Compile the kernel or load it from numba's cache (once per process); False where
+    """Compile the kernels or load them from numba's cache (once per process); False where
     numba cannot be imported."""
     if not _state:
         _state.append(compile_kernels(globals(), PYTHON, _KERNELS))
