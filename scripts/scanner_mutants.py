@@ -107,8 +107,11 @@ def run(name: str, old: str, new: str, source: str, module: Path = SCANNER) -> b
          "no:cacheprovider"],
         cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
     )  # fmt: skip
-    tail = (proc.stdout.strip().splitlines() or [""])[-1]
-    print(f"{'CAUGHT' if proc.returncode != 0 else 'MISSED'}  {name}  ({tail})", flush=True)
+    lines = proc.stdout.strip().splitlines() or [""]
+    print(f"{'CAUGHT' if proc.returncode != 0 else 'MISSED'}  {name}  ({lines[-1]})", flush=True)
+    for line in lines:
+        if line.startswith(("FAILED", "ERROR")):  # which test, and its error's first line
+            print(f"        {line}", flush=True)
     return proc.returncode != 0
 
 
