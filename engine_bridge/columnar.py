@@ -84,22 +84,6 @@ def _delivered(column: Ints, known: bool) -> None:
     column[:] = np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
 
 
-def _head(records: Lines, stop: int) -> Lines:
-    """The first ``stop`` lines, sharing the record dict (`Lines.cut` copies the part of it
-    they hold: a pass over the whole chunk's records; the lines are numbered from 0 either
-    way, and nothing looks up a line past ``stop``)."""
-    if stop == len(records):
-        return records
-    return Lines(
-        records.kinds[:stop],
-        records.values[:stop],
-        records.outcome[:stop],
-        records.rid[:stop],
-        records.ids,
-        records.objs,
-    )
-
-
 class Columnar:
     """One log through the columnar checks; `run` returns the agreeing result or raises
     `Irregular`."""
@@ -218,7 +202,7 @@ class Columnar:
         lines = np.arange(start, start + cut, dtype=np.int64)
         # The last step of a log cut before its totals record: its step_stats may be missing.
         cut_step = int(steps[-1]) if final and self.totals_record is None else None
-        self._check(_head(records, cut), lines, steps[:cut], cut_step)
+        self._check(records.head(cut), lines, steps[:cut], cut_step)
         return records.cut(cut, len(records)), start + cut
 
     def _check(self, records: Lines, lines: Ints, steps: Ints, cut_step: int | None) -> None:
