@@ -232,12 +232,7 @@ class ShapeTable:
         count columns as one (n, 9) matrix in `COUNT_FIELDS` order; with it, a chunk of
         `colkeys.MIN_ROWS` blocks or more finds its keys and slots in one compiled pass
         (`colkeys.shape_slots`: the same keys as `_key`)."""
-        if (
-            counts is not None
-            and self.width
-            and len(counts) >= colkeys.MIN_ROWS
-            and colkeys.compiled()
-        ):
+        if counts is not None and self.width and colkeys.wanted(len(counts)):
             found = colkeys.shape_slots(
                 counts,
                 c.applied,

@@ -35,15 +35,18 @@ MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: the top bits of key * 2**64 / phi
 # decoder take alone. The tests set 0 so that every chunk runs the kernels.
 MIN_ROWS = 1 << 13
 _KERNELS = ("_shape_slots", "_run_sums")
-_state: list[bool] = []  # [whether compiled] once tried
 
 
 def compiled() -> bool:
     """Compile the kernels or load them from numba's cache (once per process); False where
     numba cannot be imported."""
-    if not _state:
-        _state.append(compile_kernels(globals(), PYTHON, _KERNELS))
-    return _state[0]
+    return compile_kernels(globals(), PYTHON, _KERNELS)
+
+
+def wanted(rows: int) -> bool:
+    """Whether a chunk of ``rows`` blocks takes the compiled kernels: `MIN_ROWS` or more,
+    and numba importable (compiled on the first such chunk)."""
+    return rows >= MIN_ROWS and compiled()
 
 
 def _shape_slots(

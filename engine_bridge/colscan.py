@@ -157,16 +157,13 @@ _NEWLINE, _QUOTE, _BACKSLASH, _CLOSE = 0x0A, 0x22, 0x5C, 0x7D
 # keeps the sources, which the tests run as plain Python against the compiled code.
 _INLINED = ("_word", "_match", "_integer")
 _KERNELS = ("_scan_lines", "_count_lines")
-_state: list[bool] = []  # [whether compiled] once tried
 
 
 def compiled() -> bool:
     """Compile the kernel, or load it from numba's cache beside this module (once per
     process, `jit.compile_kernels`); False where numba cannot be imported (every line then
     goes to the typed decoder)."""
-    if not _state:
-        _state.append(compile_kernels(globals(), PYTHON, _KERNELS, _INLINED))
-    return _state[0]
+    return compile_kernels(globals(), PYTHON, _KERNELS, _INLINED)
 
 
 def _word(data: Bytes, at: int) -> np.uint64:

@@ -371,7 +371,7 @@ class Lanes:
         an (runs, words) array: per shape in one compiled pass (`colkeys.run_sums`) for a
         chunk of `colkeys.MIN_ROWS` blocks or more, else gathered and `np.add.reduceat`."""
         ids = self.ids
-        if ids is not None and len(ids) >= colkeys.MIN_ROWS and colkeys.compiled():
+        if ids is not None and colkeys.wanted(len(ids)):
             return colkeys.run_sums(starts, ids, np.stack(self.words, axis=1))
         return np.stack([np.add.reduceat(word, starts) for word in self.per_block()], axis=1)
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+_compiled: dict[str, bool] = {}  # module name -> the first call's answer
+
 
 def compile_kernels(
     space: MutableMapping[str, Any],
@@ -24,7 +26,20 @@ def compile_kernels(
 ) -> bool:
     """Put numba's compiled versions of ``sources[name]`` into ``space`` (a module's
     globals) for every name of ``inlined`` (helpers inlined into their callers) and
-    ``kernels``; False (``space`` unchanged) where numba cannot be imported."""
+    ``kernels``, once per module (``space["__name__"]``: later calls return the first
+    answer); False (``space`` unchanged) where numba cannot be imported."""
+    name = space["__name__"]
+    if name not in _compiled:
+        _compiled[name] = _compile(space, sources, kernels, inlined)
+    return _compiled[name]
+
+
+def _compile(
+    space: MutableMapping[str, Any],
+    sources: Mapping[str, Callable[..., Any]],
+    kernels: tuple[str, ...],
+    inlined: tuple[str, ...],
+) -> bool:
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a dependency of spectally[bridge]
