@@ -362,9 +362,8 @@ class Lanes:
         return tuple(word[ids] for word in self.words)
 
     def unpacked(self, k: int) -> tuple[Ints, Ints, Ints]:
-        words = self.per_block()
-        drafts, tokens, accepted = (_lane(words, i) for i in range(3))
-        return drafts, tokens, accepted
+        lanes = _all_lanes(np.stack(self.per_block(), axis=1), 3)
+        return lanes[:, 0], lanes[:, 1], lanes[:, 2]
 
     def step_sums(self, starts: Ints) -> Ints:
         """The words summed over each run of blocks (``starts``: the runs' first blocks), as
@@ -388,16 +387,11 @@ def lane_words(k: int, drafts: Ints, tokens: Ints, accepted: Ints) -> tuple[Ints
     return tuple(np.ascontiguousarray(words[:, w]) for w in range(words.shape[1]))
 
 
-def _lane(words: tuple[Ints, ...], i: int) -> Ints:
-    return (words[i // 4].view(np.uint64) >> np.uint64(LANE * (i % 4))).astype(np.int64) & (
-        (1 << LANE) - 1
-    )
-
-
 def _all_lanes(words: Ints, count: int) -> Ints:
     """The first ``count`` lanes of ``words`` (n, words) as an (n, count) array: lane i is
-    `_lane` i of the words (one broadcast shift over all words instead of a few operations per
-    lane; a chunk has a few thousand steps, so the per-call costs were most of the time)."""
+    bits ``LANE * (i % 4)`` up of word ``i // 4`` (one broadcast shift over all words instead
+    of a few operations per lane; a chunk has a few thousand steps, so the per-call costs
+    were most of the time)."""
     lanes = (words.view(np.uint64)[:, :, None] >> _LANE_SHIFTS) & np.uint64((1 << LANE) - 1)
     return lanes.reshape(len(words), -1)[:, :count].astype(np.int64)
 

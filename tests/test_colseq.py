@@ -5,6 +5,8 @@ the ring of ended ids (an id added again is refused, also after the ring wrapped
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import numpy as np
 import pytest
@@ -138,10 +140,16 @@ class RequestTableCopy(RequestTable):
         self.ended_next = other.ended_next
 
 
+def _lane(words: tuple[Any, ...], i: int) -> Any:
+    """Lane i of packed words as the `colseq.Lanes` layout states it: 16 bits from bit
+    16 * (i % 4) of word i // 4."""
+    return (words[i // 4].view(np.uint64) >> np.uint64(16 * (i % 4))).astype(np.int64) & 0xFFFF
+
+
 @pytest.mark.parametrize("k", [1, 4, 8, 13])
 def test_all_lanes_at_once_are_each_lane(k: int) -> None:
     """`colseq._all_lanes` (every lane of the step sums in one broadcast) gives lane i as
-    `colseq._lane` does, top lane bits and all, for every word count up to four."""
+    the layout states it (`_lane`), top lane bits and all, for every word count up to four."""
     rng = np.random.default_rng(k)
     count = 3 + k
     words = tuple(
@@ -151,12 +159,12 @@ def test_all_lanes_at_once_are_each_lane(k: int) -> None:
     got = colseq._all_lanes(np.stack(words, axis=1), count)
     assert got.shape == (50, count)
     for i in range(count):
-        assert (got[:, i] == colseq._lane(words, i)).all()
+        assert (got[:, i] == _lane(words, i)).all()
 
 
 @pytest.mark.parametrize("k", [1, 4, 5, 8, 13])
 def test_lane_words_pack_each_lane_where_lane_reads_it(k: int) -> None:
-    """`colseq.lane_words` then `colseq._lane`: drafts, tokens, accepted and, per position
+    """`colseq.lane_words` then the layout (`_lane`): drafts, tokens, accepted and, per position
     i, whether accepted > i, each back from its 16 bits (top lanes of a word included)."""
     rng = np.random.default_rng(k)
     drafts, tokens, accepted = (rng.integers(0, 1 << 16, 40) for _ in range(3))
@@ -166,4 +174,4 @@ def test_lane_words_pack_each_lane_where_lane_reads_it(k: int) -> None:
     assert all(w.dtype == np.int64 and w.flags.c_contiguous for w in words)
     want = [drafts, tokens, accepted, *((accepted > i).astype(np.int64) for i in range(k))]
     for i, lane in enumerate(want):
-        assert (colseq._lane(words, i) == lane).all(), i
+        assert (_lane(words, i) == lane).all(), i
