@@ -416,12 +416,31 @@ class Lines:
             objs,
         )
 
+    def own(self) -> Lines:
+        """These lines as a copy that shares no array with this one and holds only the ids
+        it uses (what a chunk carries to the next: the chunk's own columns can then be
+        freed)."""
+        rid, ids = self._used_ids()
+        return Lines(
+            self.kinds.copy(),
+            self.values.copy(),
+            self.outcome.copy(),
+            rid,
+            ids,
+            dict(self.objs),
+        )
+
+    def _used_ids(self) -> tuple[Ints, list[str]]:
+        """The ids these lines use, in id order, and each line's index among them (-1 for a
+        line without a request)."""
+        used, rid = np.unique(self.rid, return_inverse=True)
+        ids = [self.ids[i] for i in used.tolist() if i >= 0]
+        return (rid.reshape(-1) - int(used[0] < 0) if len(used) else self.rid.copy()), ids
+
     def then(self, more: Lines) -> Lines:
         """These lines followed by ``more`` (this one's ids compacted to those it uses, so a
         carried remainder does not accumulate ids over the chunks)."""
-        used, rid = np.unique(self.rid, return_inverse=True)
-        ids = [self.ids[i] for i in used.tolist() if i >= 0]
-        rid = rid.reshape(-1) - int(used[0] < 0) if len(used) else self.rid
+        rid, ids = self._used_ids()
         offset = len(ids)
         n = len(self)
         objs = dict(self.objs)

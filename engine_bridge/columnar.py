@@ -100,6 +100,7 @@ class Columnar:
         self.last_step = -1
         self.carry_step = -1  # the step of the carried (last, maybe unfinished) step's lines
         self.delivered_known = delivered_in_schema()
+        self._rows_buffer = np.empty((0, len(COLUMNS)), np.int64)  # `_rows`
         self.notes: list[str] = []
         # A final line without a newline that the reference decoder rejects (a log cut
         # mid-line): the verdict is that bad input, once every line before it agreed.
@@ -112,32 +113,41 @@ class Columnar:
         carry_line = first = 1  # the line of carry[0]; a batch's records are consecutive lines
         for whole in byte_chunks(source, lines):
             chunk = whole if whole[-1:] == b"\n" else self._cut_last(bytes(whole), first)
-            if not chunk:
-                continue
-            records = decode_columns(self.path, first, chunk)
-            start = first
-            first += len(records)
-            if bar is not None:
-                bar.update(len(records))
-            records, start = self._strip_dicts(records, start)
-            if len(carry) and len(records):
-                # The carried (unfinished) step takes this chunk's lines of that step and is
-                # checked on its own, so only those few lines are joined to it (not the
-                # whole chunk: `Lines.then` copies every column).
-                later = np.flatnonzero(records.steps != self.carry_step)
-                head = int(later[0]) if len(later) else len(records)
-                if head == len(records):
-                    carry = carry.then(records)
-                    continue
-                if head:
-                    carry = carry.then(records.cut(0, head))
-                self._steps(carry, carry_line, final=False, whole=True)
-                records, start = records.cut(head, len(records)), start + head
-            elif len(carry):
-                continue
-            carry, carry_line = self._steps(records, start, final=False)
+            if chunk:
+                carry, carry_line, first = self._chunk(chunk, first, carry, carry_line, bar)
         self._steps(carry, carry_line, final=True)
         return self._finish()
+
+    def _chunk(
+        self, chunk: bytes | memoryview, first: int, carry: Lines, carry_line: int, bar: Any
+    ) -> tuple[Lines, int, int]:
+        """Decode and check one chunk (lines ``first``, ...) after the carried lines (lines
+        ``carry_line``, ...); returns the new carry, its first line and the next chunk's first
+        line. The carry leaves as its own copy (`Lines.own`), so this chunk's columns are
+        freed here, before the next chunk is decoded: a carry of views kept them alive
+        through the next chunk, whose arrays then landed around them, and glibc's heap kept
+        the holes (the peak RSS crept up with the number of chunks)."""
+        records = decode_columns(self.path, first, chunk)
+        start, first = first, first + len(records)
+        if bar is not None:
+            bar.update(len(records))
+        records, start = self._strip_dicts(records, start)
+        if len(carry) and len(records):
+            # The carried (unfinished) step takes this chunk's lines of that step and is
+            # checked on its own, so only those few lines are joined to it (not the whole
+            # chunk: `Lines.then` copies every column).
+            later = np.flatnonzero(records.steps != self.carry_step)
+            head = int(later[0]) if len(later) else len(records)
+            if head == len(records):
+                return carry.then(records), carry_line, first
+            if head:
+                carry = carry.then(records.cut(0, head))
+            self._steps(carry, carry_line, final=False, whole=True)
+            records, start = records.cut(head, len(records)), start + head
+        elif len(carry):
+            return carry, carry_line, first
+        carry, carry_line = self._steps(records, start, final=False)
+        return carry.own(), carry_line, first
 
     def _cut_last(self, chunk: bytes, first: int) -> bytes:
         """The last chunk (lines ``first``, ...) without its final line when that line has no
@@ -204,6 +214,15 @@ class Columnar:
         cut_step = int(steps[-1]) if final and self.totals_record is None else None
         self._check(records.head(cut), lines, steps[:cut], cut_step)
         return records.cut(cut, len(records)), start + cut
+
+    def _rows(self, values: Ints, at: Ints) -> Ints:
+        """``values[at]`` (np.take) in a buffer kept from chunk to chunk (it only grows): the
+        largest array of a chunk, made afresh each time, was the one that made glibc's heap
+        grow when a chunk's was a little larger than any hole (docs/replay.md, "Memory").
+        Nothing keeps a view of it past `_check`."""
+        if len(self._rows_buffer) < len(at):
+            self._rows_buffer = np.empty((len(at) + len(at) // 8, values.shape[1]), np.int64)
+        return np.take(values, at, axis=0, out=self._rows_buffer[: len(at)], mode="clip")
 
     def _check(self, records: Lines, lines: Ints, steps: Ints, cut_step: int | None) -> None:
         kinds = records.kinds
