@@ -42,6 +42,7 @@ from . import colkeys
 from .array_arith import ARRAY_ARITH, Bools, Ints
 from .colread import Irregular
 from .colseq import LANES_MAX, Lanes, lane_words
+from .colstore import Growing
 from .report import SHIFT_TERMS, shift_terms
 from .translate import delivered_consistent, vllm_accepted
 
@@ -156,15 +157,32 @@ class ShapeTable:
 
     def _reset(self) -> None:
         self.ids: dict[int, int] = {}
-        self.rows: list[BlockColumns] = []  # the shapes' columns, in id order (in parts)
-        self.pending: list[BlockColumns] = []  # shapes not yet checked by the rules
-        # per id: legacy num_drafts, num_draft_tokens, num_accepted_tokens (packed in
-        # `Lanes` words for a small k: a step's sums are then a few sums of words)
+        # Per id, in stores that grow in place (`colstore`: no fresh arrays per chunk):
+        # the shapes' columns (counts, then flags: `BlockColumns` order); legacy
+        # num_drafts, num_draft_tokens, num_accepted_tokens (packed in `Lanes` words for a
+        # small k: a step's sums are then a few sums of words); blocks of that shape so far.
+        self._counts = Growing(len(COUNT_FIELDS), np.int64)
+        self._flags = Growing(len(_FLAG_FIELDS), np.bool_)
         words = (3 + self.k + 3) // 4 if self.lanes else 3
-        self.legacy: tuple[Ints, ...] = tuple(np.zeros(0, dtype=np.int64) for _ in range(words))
-        self.weights = np.zeros(0, dtype=np.int64)  # per id: blocks of that shape so far
+        self._legacy = Growing(words, np.int64)
+        self._weights = Growing(1, np.int64)
+        self.checked = 0  # the ids below this one have passed the rules (`_check_pending`)
         self.slot_keys = np.full(1 << 12, -1, dtype=np.int64)
         self.slot_ids = np.zeros(1 << 12, dtype=np.int64)
+
+    @property
+    def legacy(self) -> tuple[Ints, ...]:
+        return tuple(self._legacy.columns())
+
+    @property
+    def weights(self) -> Ints:
+        return self._weights.columns()[0]
+
+    def rows(self, start: int = 0, stop: int | None = None) -> BlockColumns:
+        """The columns of the shapes with ids ``start`` to ``stop`` (default: the last)."""
+        counts = dict(zip(COUNT_FIELDS, self._counts.columns(start, stop), strict=True))
+        flags = dict(zip(_FLAG_FIELDS, self._flags.columns(start, stop), strict=True))
+        return BlockColumns(**counts, **flags)
 
     # -- lookup ------------------------------------------------------------------------------
 
@@ -263,7 +281,7 @@ class ShapeTable:
                 ids[rest] = self._probe(key[rest])
                 rest = rest[ids[rest] < 0]
             miss, batch = rest, 4 * batch
-        self.weights += np.bincount(ids, minlength=len(self.weights))
+        self.weights[:] += np.bincount(ids, minlength=len(self._weights))
         return ids
 
     def _resolve(self, c: BlockColumns, key: Ints, miss: Ints) -> Ints:
@@ -275,32 +293,38 @@ class ShapeTable:
         new = np.flatnonzero(found < 0)
         if len(new):
             at = miss[first[new]]
-            rows = BlockColumns(*(getattr(c, f.name)[at] for f in fields(BlockColumns)))
-            x, _, _, _ = block_inputs(self.mode, rows)
+            start = len(self._weights)
+            self._counts.append([getattr(c, name)[at] for name in COUNT_FIELDS])
+            self._flags.append([getattr(c, name)[at] for name in _FLAG_FIELDS])
+            x, _, _, _ = block_inputs(self.mode, self.rows(start))
             lg = legacy_step(self.mode, x, ARRAY_ARITH)
-            start = len(self.weights)
             found[new] = np.arange(start, start + len(new))
             known.update(zip(keys[new].tolist(), found[new].tolist(), strict=True))
-            self.rows.append(rows)
-            self.pending.append(rows)
             values = [
-                np.broadcast_to(np.asarray(v, dtype=np.int64), len(new)).copy()
+                np.broadcast_to(np.asarray(v, dtype=np.int64), len(new))
                 for v in (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
             ]
-            if self.lanes:
-                values = list(lane_words(self.k, *values))
-            self.legacy = tuple(
-                np.concatenate([old, value]) for old, value in zip(self.legacy, values, strict=True)
-            )
-            self.weights = np.concatenate([self.weights, np.zeros(len(new), dtype=np.int64)])
+            self._legacy.append(list(lane_words(self.k, *values)) if self.lanes else values)
+            self._weights.append([np.zeros(len(new), dtype=np.int64)])
             self._insert(keys[new], found[new])
         return found[inverse.reshape(-1)]
 
     def _check_pending(self) -> None:
         """The rules over the shapes added since the last call (`Irregular` if one fails)."""
-        if self.pending:
-            _check_rows(self.mode, self.k, _concat(self.pending))
-            self.pending = []
+        size = len(self._weights)
+        for start in range(self.checked, size, FOLD_ROWS):
+            _check_rows(self.mode, self.k, self.rows(start, start + FOLD_ROWS))
+        self.checked = size
+
+    def _folds(self) -> list[tuple[Counters, dict[str, int]]]:
+        """The counters and shift terms of the blocks of the shapes so far, in parts."""
+        weights = self.weights
+        return [
+            _fold_rows(
+                self.mode, self.k, self.rows(at, at + FOLD_ROWS), weights[at : at + FOLD_ROWS]
+            )
+            for at in range(0, len(weights), FOLD_ROWS)
+        ]
 
     def _insert(self, keys: Ints, ids: Ints) -> None:
         if 4 * len(self.ids) > len(self.slot_keys):  # keep the table at most a quarter full
@@ -331,17 +355,13 @@ class ShapeTable:
     def flush(self) -> None:
         """Fold the shapes so far into the totals and start afresh (memory stays bounded)."""
         self._check_pending()
-        if self.ids:
-            rows = _concat(self.rows)
-            self.folded.append(_fold_rows(self.mode, self.k, rows, self.weights))
+        self.folded += self._folds()
         self._reset()
 
     def totals(self) -> tuple[Counters, dict[str, int]]:
         """The counters and shift terms of every block looked up (both profiles)."""
         self._check_pending()
-        parts = list(self.folded)
-        if self.ids:
-            parts.append(_fold_rows(self.mode, self.k, _concat(self.rows), self.weights))
+        parts = self.folded + self._folds()
         counters = Counters.zero(self.k)
         shift = dict.fromkeys(SHIFT_TERMS, 0)
         for part_counters, part_shift in parts:
@@ -352,6 +372,10 @@ class ShapeTable:
 
 
 MAX_SHAPES = 1 << 16
+# Shapes per pass of the rules (`_check_pending`) and of the fold (`_folds`): their
+# temporaries stay the size of a chunk's, not of a full table's (a 65,536-shape fold at once
+# raised the peak RSS of a long log by a few MB).
+FOLD_ROWS = 8192
 # The counts of a shape, in the order of the key's fields (and of `lookup`'s ``counts``
 # matrix: the order of colscan.COLUMNS after the step, so the columnar checker's block rows
 # are that matrix as they are).
@@ -369,16 +393,13 @@ COUNT_FIELDS = (
 _MIX = np.uint64(colkeys.MIX)  # Fibonacci hashing: the top bits of key * 2**64 / phi
 
 
+_FLAG_FIELDS = ("applied", "structured", "stale")  # `BlockColumns`' other fields
+
+
 def _shift(key: Ints, bits: int) -> None:
     """``key <<= bits`` in place, modulo 2**64 (unsigned: a negative partial key included)."""
     unsigned = key.view(np.uint64)
     np.left_shift(unsigned, np.uint64(bits), out=unsigned)
-
-
-def _concat(parts: list[BlockColumns]) -> BlockColumns:
-    return BlockColumns(
-        *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(BlockColumns))
-    )
 
 
 def check_blocks(

@@ -220,12 +220,41 @@ def test_a_full_table_is_folded_and_started_afresh(
     assert got[1:] == want[1:]
 
 
-def test_a_bad_new_shape_is_refused_before_any_verdict(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fold_rows", [1, 3, 64])
+def test_the_table_folds_and_checks_its_shapes_in_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold_rows: int
+) -> None:
+    """`FOLD_ROWS` shapes at a time (the rules and the fold): the same totals as one pass,
+    with the last, partial slice included, and the table flushed on the way."""
+    mode, chunks = _chunks(tmp_path, 8)
+    want = _plain(mode, 8, chunks)
+    monkeypatch.setattr(colblocks, "FOLD_ROWS", fold_rows)
+    monkeypatch.setattr(colblocks, "MAX_SHAPES", 200)
+    table = ShapeTable(mode, 8)
+    got = _through_table(table, mode, 8, chunks)
+    assert len(table.folded) > 200 // fold_rows
+    assert got[1:] == want[1:]
+
+
+@pytest.mark.parametrize("fold_rows", [3, 1 << 13])
+def test_a_bad_new_shape_is_refused_before_any_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fold_rows: int
+) -> None:
+    """Also when it is the last new shape, in the last slice of the rules' pass, and when it
+    is the only shape added since the rules last ran."""
+    monkeypatch.setattr(colblocks, "FOLD_ROWS", fold_rows)
     mode, chunks = _chunks(tmp_path, 4)
-    bad = BlockColumns(*(getattr(chunks[0], f.name).copy() for f in fields(BlockColumns)))
-    bad.scheduled[0] += 1  # scheduled above what the rules give
     table = ShapeTable(mode, 4)
+    for c in chunks[:-1]:
+        colblocks.check_blocks(mode, 4, c, table)
+    if fold_rows == 3:
+        table.totals()  # the rules run over the shapes so far
+        assert table.checked == len(table.weights)
+    last = chunks[-1]
+    bad = BlockColumns(*(getattr(last, f.name)[-1:].copy() for f in fields(BlockColumns)))
+    bad.scheduled[0] += 1  # scheduled above what the rules give: a shape not seen before
     colblocks.check_blocks(mode, 4, bad, table)  # its rules run in one batch, later
+    assert table.checked < len(table.weights)
     with pytest.raises(Irregular):
         table.totals()
 
