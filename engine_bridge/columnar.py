@@ -236,8 +236,11 @@ class Columnar:
         rq_at = np.flatnonzero(kinds == 1)
         ss_at = np.flatnonzero(kinds == 2)
         # The blocks' counts as rows (np.take: faster than values[rs_at]); the columns after
-        # the step are colblocks.COUNT_FIELDS, the shape table's key fields, in order.
-        blocks = np.take(records.values[:, 1:], rs_at, axis=0)
+        # the step are colblocks.COUNT_FIELDS, the shape table's key fields, in order. The
+        # whole rows are taken, then the step left out by a view: `np.take` of the strided
+        # ``values[:, 1:]`` first copied all of it, one more array of the chunk's size (the
+        # one whose size moved from chunk to chunk, so glibc's heap grew to fit it).
+        blocks = np.take(records.values, rs_at, axis=0)[:, 1:]
         block_rid = records.rid[rs_at]
         counts = self.tally.counts
         counts["request_step"] += len(rs_at)
