@@ -3,6 +3,7 @@ sequential run, in input order, and a fleet report merged through the reference'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -373,6 +374,14 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
+def _ctrl_c_as_from_a_terminal() -> None:
+    """SIGINT back to its default in the command (run between fork and exec). A shell without
+    job control starts a background command with SIGINT ignored, an ignored signal stays
+    ignored across exec, and Python then installs no KeyboardInterrupt handler: a test run
+    started that way (``bash .ci/run &`` in a script) gave the command no Ctrl-C to obey."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_ctrl_c_stops_the_workers_and_exits_130(tmp_path: Path) -> None:
     """The parent blocks reading a FIFO nobody writes (no race with the workers finishing);
@@ -387,15 +396,23 @@ def test_ctrl_c_stops_the_workers_and_exits_130(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_ctrl_c_as_from_a_terminal,
         )
-        deadline = time.monotonic() + 120
         seen: set[int] = set()
-        while len(seen) < 3 and time.monotonic() < deadline:  # fork server + 2 workers
-            seen |= _descendants(proc.pid)
-            time.sleep(0.2)
-        assert len(seen) >= 3, f"workers never started: {seen}"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        try:
+            deadline = time.monotonic() + 120
+            while len(seen) < 3 and time.monotonic() < deadline:  # fork server + 2 workers
+                seen |= _descendants(proc.pid)
+                time.sleep(0.2)
+            assert len(seen) >= 3, f"workers never started: {seen}"
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:  # a failed run leaves nothing running behind it
+                for pid in (*_descendants(proc.pid), proc.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                proc.communicate()
     finally:
         os.close(writer)
     assert proc.returncode == 130, err
