@@ -3,7 +3,7 @@
 Why not `np.concatenate` per chunk: the table's arrays live across chunks, and an array made
 afresh in each chunk is allocated among that chunk's temporaries. glibc's heap then keeps the
 holes around it, and the replay's peak RSS crept up with the number of chunks (docs/replay.md,
-"What the remaining growth is"). Here a column moves only when its buffer doubles, so a log
+"Memory over a long log"). Here a column moves only when its buffer doubles, so a log
 of any length reallocates it a few times in all, and each append is amortised O(1), as
 `list.append` is.
 """

@@ -100,7 +100,6 @@ class Columnar:
         self.last_step = -1
         self.carry_step = -1  # the step of the carried (last, maybe unfinished) step's lines
         self.delivered_known = delivered_in_schema()
-        self._rows_buffer = np.empty((0, len(COLUMNS)), np.int64)  # `_rows`
         self.notes: list[str] = []
         # A final line without a newline that the reference decoder rejects (a log cut
         # mid-line): the verdict is that bad input, once every line before it agreed.
@@ -214,15 +213,6 @@ class Columnar:
         cut_step = int(steps[-1]) if final and self.totals_record is None else None
         self._check(records.head(cut), lines, steps[:cut], cut_step)
         return records.cut(cut, len(records)), start + cut
-
-    def _rows(self, values: Ints, at: Ints) -> Ints:
-        """``values[at]`` (np.take) in a buffer kept from chunk to chunk (it only grows): the
-        largest array of a chunk, made afresh each time, was the one that made glibc's heap
-        grow when a chunk's was a little larger than any hole (docs/replay.md, "Memory").
-        Nothing keeps a view of it past `_check`."""
-        if len(self._rows_buffer) < len(at):
-            self._rows_buffer = np.empty((len(at) + len(at) // 8, values.shape[1]), np.int64)
-        return np.take(values, at, axis=0, out=self._rows_buffer[: len(at)], mode="clip")
 
     def _check(self, records: Lines, lines: Ints, steps: Ints, cut_step: int | None) -> None:
         kinds = records.kinds
