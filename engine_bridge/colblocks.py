@@ -244,12 +244,14 @@ class ShapeTable:
         return ids
 
     def lookup(self, c: BlockColumns, counts: Ints | None = None) -> Ints | None:
-        """The shape id of every block; None when the counts do not fit a key (the caller
-        checks them unpacked). New shapes are checked by the rules before any verdict
-        (`totals`), and their legacy counts evaluated at once. ``counts``: optionally the
-        count columns as one (n, 9) matrix in `COUNT_FIELDS` order; with it, a chunk of
-        `colkeys.MIN_ROWS` blocks or more finds its keys and slots in one compiled pass
-        (`colkeys.shape_slots`: the same keys as `_key`)."""
+        """The shape id of every block, each block counted in its shape's weight; None when
+        the counts do not fit a key (the caller checks them unpacked; nothing counted). New
+        shapes are checked by the rules before any verdict (`totals`), and their legacy
+        counts evaluated at once (`_add_legacy`). ``counts``: optionally the count columns
+        as one (n, 9) matrix in `COUNT_FIELDS` order; with it, a chunk of
+        `colkeys.MIN_ROWS` blocks or more finds its keys and slots, and counts the blocks
+        found there, in one compiled pass (`colkeys.shape_slots`: the same keys as
+        `_key`)."""
         if counts is not None and self.width and colkeys.wanted(len(counts)):
             found = colkeys.shape_slots(
                 counts,
@@ -260,17 +262,21 @@ class ShapeTable:
                 self.k,
                 self.slot_keys,
                 self.slot_ids,
+                self._weights.buffer[0],  # the blocks found in their slots counted there
             )
             if found is None:
                 return None
             key, ids = found
+            miss = np.flatnonzero(ids < 0)
+            uncounted: Ints | None = miss
         else:
             maybe = self._key(c)
             if maybe is None:
                 return None
             key = maybe
             ids = self._probe(key)
-        miss = np.flatnonzero(ids < 0)
+            miss = np.flatnonzero(ids < 0)
+            uncounted = None  # every block
         batch = 1024
         while len(miss):
             # The shapes of a first batch of misses, then the rest probed again: a chunk's
@@ -281,33 +287,45 @@ class ShapeTable:
                 ids[rest] = self._probe(key[rest])
                 rest = rest[ids[rest] < 0]
             miss, batch = rest, 4 * batch
-        self.weights[:] += np.bincount(ids, minlength=len(self._weights))
+        self._add_legacy()
+        counted = ids if uncounted is None else ids[uncounted]
+        if len(counted):
+            self.weights[:] += np.bincount(counted, minlength=len(self._weights))
         return ids
 
     def _resolve(self, c: BlockColumns, key: Ints, miss: Ints) -> Ints:
         """Ids of these blocks (their keys are not in the hash table): known shapes from the
-        dict, new ones added (checked by the rules later, in one batch: `_check_pending`)."""
+        dict, new ones added (their legacy counts follow in `_add_legacy`, the rules in one
+        batch later: `_check_pending`)."""
         keys, first, inverse = np.unique(key[miss], return_index=True, return_inverse=True)
         known = self.ids
         found = np.fromiter(map(known.get, keys.tolist(), repeat(-1)), np.int64, len(keys))
         new = np.flatnonzero(found < 0)
         if len(new):
             at = miss[first[new]]
-            start = len(self._weights)
+            start = len(self._counts)
             self._counts.append([getattr(c, name)[at] for name in COUNT_FIELDS])
             self._flags.append([getattr(c, name)[at] for name in _FLAG_FIELDS])
-            x, _, _, _ = block_inputs(self.mode, self.rows(start))
-            lg = legacy_step(self.mode, x, ARRAY_ARITH)
             found[new] = np.arange(start, start + len(new))
             known.update(zip(keys[new].tolist(), found[new].tolist(), strict=True))
-            values = [
-                np.broadcast_to(np.asarray(v, dtype=np.int64), len(new))
-                for v in (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
-            ]
-            self._legacy.append(list(lane_words(self.k, *values)) if self.lanes else values)
-            self._weights.append([np.zeros(len(new), dtype=np.int64)])
             self._insert(keys[new], found[new])
         return found[inverse.reshape(-1)]
+
+    def _add_legacy(self) -> None:
+        """The legacy counts of the shapes added since the last call (`legacy_step` over
+        them at once: one evaluation per chunk, however many batches `lookup` resolved),
+        and their weights, zero so far."""
+        start, size = len(self._weights), len(self._counts)
+        if start == size:
+            return
+        x, _, _, _ = block_inputs(self.mode, self.rows(start))
+        lg = legacy_step(self.mode, x, ARRAY_ARITH)
+        values = [
+            np.broadcast_to(np.asarray(v, dtype=np.int64), size - start)
+            for v in (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
+        ]
+        self._legacy.append(list(lane_words(self.k, *values)) if self.lanes else values)
+        self._weights.append([np.zeros(size - start, dtype=np.int64)])
 
     def _check_pending(self) -> None:
         """The rules over the shapes added since the last call (`Irregular` if one fails)."""
@@ -394,6 +412,8 @@ _MIX = np.uint64(colkeys.MIX)  # Fibonacci hashing: the top bits of key * 2**64 
 
 
 _FLAG_FIELDS = ("applied", "structured", "stale")  # `BlockColumns`' other fields
+if len(COUNT_FIELDS) != colkeys.COUNTS:  # the compiled keys read a row of that many counts
+    raise ImportError(f"{len(COUNT_FIELDS)} count fields, colkeys.COUNTS = {colkeys.COUNTS}")
 
 
 def _shift(key: Ints, bits: int) -> None:

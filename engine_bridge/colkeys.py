@@ -15,7 +15,8 @@ the table's plumbing, which numpy can only do as a dozen passes over the chunk (
 check, a product, the flags, a multiply, two gathers, a compare; then a gather per word and
 a segment sum); compiled (jit.py), each is one pass over the rows. numba is imported only for
 chunks of at least `MIN_ROWS` blocks (smaller ones take the numpy path: `ShapeTable._key`,
-`_probe`, ``np.add.reduceat``; the same keys, ids and sums).
+`_probe`, ``np.add.reduceat``; the same keys, ids and sums), unless the kernels are loaded
+already.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from .jit import compile_kernels
+from .jit import compile_kernels, loaded
 
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Bools = np.ndarray[Any, np.dtype[np.bool_]]
 
 MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: the top bits of key * 2**64 / phi
+COUNTS = 9  # the counts of a block in a key: colblocks.COUNT_FIELDS (held equal by a test)
 # Chunks with fewer blocks take the numpy path, so a small log never imports numba: 8,192
 # request_step lines are about 1.5-1.8 MB, above what `colscan.MIN_BYTES` (1 MiB) lets the typed
 # decoder take alone. The tests set 0 so that every chunk runs the kernels.
@@ -44,9 +46,11 @@ def compiled() -> bool:
 
 
 def wanted(rows: int) -> bool:
-    """Whether a chunk of ``rows`` blocks takes the compiled kernels: `MIN_ROWS` or more,
-    and numba importable (compiled on the first such chunk)."""
-    return rows >= MIN_ROWS and compiled()
+    """Whether a chunk of ``rows`` blocks takes the compiled kernels: numba importable, and
+    `MIN_ROWS` blocks or more (compiled on the first such chunk) or the kernels compiled
+    already (then a few blocks, such as a step carried over a chunk boundary, cost less
+    there than the numpy path's dozen calls)."""
+    return (rows >= MIN_ROWS or loaded(__name__)) and compiled()
 
 
 def _shape_slots(
@@ -61,36 +65,42 @@ def _shape_slots(
     slot_ids: Ints,
     keys: Ints,
     ids: Ints,
+    weights: Ints,
 ) -> bool:
-    """For each row of ``counts`` (n, 9): its key into ``keys`` and the id found for it in
-    its slot or the next (-1: in neither) into ``ids``. False if any count is outside
-    -1 .. ``high`` (k + 2): no key fits then (``keys`` and ``ids`` are garbage), and the
-    caller checks the blocks unpacked.
+    """For each row of ``counts`` (n, `COUNTS`): its key into ``keys`` and the id found for
+    it in its slot or the next (-1: in neither) into ``ids``, and one more block of that id
+    in ``weights``. False if any count is outside -1 .. ``high`` (k + 2): no key fits then
+    (``keys`` and ``ids`` are garbage, ``weights`` untouched), and the caller checks the
+    blocks unpacked.
     ``shift``: 64 - bits, for a table of 2**bits slots."""
-    # Two passes: the keys, with the bound check folded into one flag (no branch in the
-    # loop, so the compiler can keep it tight), then the probes.
+    # Two passes: the keys, with the bound check folded into a running maximum (no branch
+    # in the loop, and a row of a constant `COUNTS` columns, so the compiler unrolls it),
+    # then the probes.
     limit = np.uint64(high + 1)  # value + 1 as unsigned: -1 .. high <-> 0 .. high + 1
-    bad: np.bool_ = np.bool_(False)
+    worst = np.uint64(0)
     for i in range(counts.shape[0]):
         key = np.int64(0)
-        for j in range(counts.shape[1]):
+        for j in range(COUNTS):
             value = counts[i, j] + 1
-            bad |= np.uint64(value) > limit
+            worst = max(worst, np.uint64(value))
             key = (key << width) | value
         key = (key << 3) | (np.int64(applied[i]) << 2)
         key |= (np.int64(structured[i]) << 1) | np.int64(stale[i])
         keys[i] = key
-    if bad:
+    if worst > limit:
         return False
     mask = len(slot_keys) - 1
     for i in range(counts.shape[0]):
         key = keys[i]
         slot = np.int64((np.uint64(key) * np.uint64(MIX)) >> shift)
-        if slot_keys[slot] == key:
-            ids[i] = slot_ids[slot]
-            continue
-        slot = (slot + 1) & mask
-        ids[i] = slot_ids[slot] if slot_keys[slot] == key else -1
+        if slot_keys[slot] != key:
+            slot = (slot + 1) & mask
+            if slot_keys[slot] != key:
+                ids[i] = -1
+                continue
+        found = slot_ids[slot]
+        ids[i] = found
+        weights[found] += 1
     return True
 
 
@@ -119,18 +129,33 @@ def shape_slots(
     k: int,
     slot_keys: Ints,
     slot_ids: Ints,
+    weights: Ints,
 ) -> tuple[Ints, Ints] | None:
-    """The blocks' keys and the ids their slots hold (-1: not there), or None when a count
-    does not fit a key (`_shape_slots`). The caller compiles the kernel first (`compiled`);
-    the plain Python source is for the tests (its uint64 product warns of the wrap-around
-    that numba's machine code does silently)."""
-    n = len(counts)
+    """The blocks' keys and the ids their slots hold (-1: not there), each block found
+    counted in ``weights`` (blocks per shape id: the table's, added to in place), or None
+    when a count does not fit a key (`_shape_slots`; ``weights`` unchanged then). The caller
+    compiles the kernel first (`compiled`); the plain Python source is for the tests (its
+    uint64 product warns of the wrap-around that numba's machine code does silently)."""
+    n, columns = counts.shape
+    if columns != COUNTS:
+        raise ValueError(f"a count matrix of {columns} columns, not {COUNTS}")
     keys = np.empty(n, dtype=np.int64)
     ids = np.empty(n, dtype=np.int64)
     bits = len(slot_keys).bit_length() - 1
     shift = np.uint64(64 - bits)
     if not _shape_slots(
-        counts, applied, structured, stale, width, k + 2, shift, slot_keys, slot_ids, keys, ids
+        counts,
+        applied,
+        structured,
+        stale,
+        width,
+        k + 2,
+        shift,
+        slot_keys,
+        slot_ids,
+        keys,
+        ids,
+        weights,
     ):
         return None
     return keys, ids

@@ -384,7 +384,7 @@ def lane_words(k: int, drafts: Ints, tokens: Ints, accepted: Ints) -> tuple[Ints
     lanes[:, 3:count] = accepted[:, None] > np.arange(k)
     shifted = lanes.reshape(n, -1, 4) << _LANE_SHIFTS
     words = np.bitwise_or.reduce(shifted, axis=2).view(np.int64)  # (n, words)
-    return tuple(np.ascontiguousarray(words[:, w]) for w in range(words.shape[1]))
+    return tuple(words.T)  # views: the shape table's store copies them in
 
 
 def _all_lanes(words: Ints, count: int) -> Ints:

@@ -34,6 +34,11 @@ def compile_kernels(
     return _compiled[name]
 
 
+def loaded(name: str) -> bool:
+    """Whether the kernels of module ``name`` are compiled in this process already."""
+    return _compiled.get(name, False)
+
+
 def _compile(
     space: MutableMapping[str, Any],
     sources: Mapping[str, Callable[..., Any]],

@@ -77,17 +77,20 @@ MUTANTS = [
 ]
 # (name, text in colkeys.py, replacement)
 KEY_MUTANTS = [
-    ("bound off by one", "bad |= np.uint64(value) > limit", "bad |= np.uint64(value) >= limit"),
-    ("no bound check", "    if bad:\n        return False\n", ""),
+    ("bound off by one", "if worst > limit:", "if worst >= limit:"),
+    ("no bound check", "    if worst > limit:\n        return False\n", ""),
     ("field one bit narrower", "key = (key << width) | value",
      "key = (key << (width - 1)) | value"),
     ("count not shifted by one", "value = counts[i, j] + 1", "value = counts[i, j]"),
+    ("a count left out of the key", "for j in range(COUNTS):", "for j in range(COUNTS - 1):"),
     ("flags swapped", "(np.int64(structured[i]) << 1) | np.int64(stale[i])",
      "(np.int64(stale[i]) << 1) | np.int64(structured[i])"),
     ("second slot not probed", "slot = (slot + 1) & mask", "slot = slot & mask"),
     ("second slot's id taken unchecked",
-     "ids[i] = slot_ids[slot] if slot_keys[slot] == key else -1", "ids[i] = slot_ids[slot]"),
-    ("a hit not recognised", "if slot_keys[slot] == key:", "if slot_keys[slot] == key + 1:"),
+     "            if slot_keys[slot] != key:\n                ids[i] = -1\n"
+     "                continue\n", ""),
+    ("a hit not recognised", "if slot_keys[slot] != key:", "if slot_keys[slot] != key - 1:"),
+    ("a found block not counted", "weights[found] += 1", "weights[found] += i > 0"),
     ("last run cut short", "if r + 1 < len(starts) else n", "if r + 1 < len(starts) else n - 1"),
     ("a run's first block skipped", "for i in range(starts[r], stop):",
      "for i in range(starts[r] + 1, stop):"),

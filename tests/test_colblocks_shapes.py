@@ -147,11 +147,16 @@ def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
         assert got is not None
         assert (got[0] == want).all()
         assert (got[1] == table._probe(want)).all()
+        # each block found in a slot counted once for its shape, the misses not at all
+        found = got[1][got[1] >= 0]
+        assert (got[2] == np.bincount(found, minlength=len(got[2]))).all()
         table.lookup(c, counts)  # the table fills: later chunks find shapes in their slots
         for row, value in ((len(counts) // 2, k + 3), (len(counts) - 1, -2)):
             bad = counts.copy()
             bad[row, 4] = value
-            assert _compiled_slots(table, bad, c) is None
+            weights = np.zeros(len(table.weights) + 1, dtype=np.int64)
+            assert _compiled_slots(table, bad, c, weights) is None
+            assert not weights.any()  # nothing counted when no key fits
             column = c.invalid.copy()
             column[row] = value
             assert table._key(replace(c, invalid=column)) is None
@@ -166,8 +171,12 @@ def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
     assert table.width == 0 or (table.slot_keys >= 0).sum() > 10
 
 
-def _compiled_slots(table: ShapeTable, counts: Any, c: BlockColumns) -> Any:
-    return colkeys.shape_slots(
+def _compiled_slots(table: ShapeTable, counts: Any, c: BlockColumns, weights: Any = None) -> Any:
+    """`colkeys.shape_slots` against the table's slots: the keys, the ids and the blocks
+    counted per id (in ``weights``, else in fresh zeros); None when no key fits."""
+    if weights is None:
+        weights = np.zeros(len(table.weights) + 1, dtype=np.int64)
+    got = colkeys.shape_slots(
         counts,
         c.applied,
         c.structured,
@@ -176,7 +185,9 @@ def _compiled_slots(table: ShapeTable, counts: Any, c: BlockColumns) -> Any:
         table.k,
         table.slot_keys,
         table.slot_ids,
+        weights,
     )
+    return None if got is None else (*got, weights)
 
 
 def test_the_compiled_kernel_is_its_python_source(tmp_path: Path) -> None:
@@ -191,7 +202,7 @@ def test_the_compiled_kernel_is_its_python_source(tmp_path: Path) -> None:
             mp.setattr(colkeys, "_shape_slots", colkeys.PYTHON["_shape_slots"])
             plain = _compiled_slots(table, counts, c)
         assert compiled is not None and plain is not None
-        assert (compiled[0] == plain[0]).all() and (compiled[1] == plain[1]).all()
+        assert all((a == b).all() for a, b in zip(compiled, plain, strict=True))
         table.lookup(c, counts)
 
 
@@ -314,9 +325,9 @@ def test_step_sums_over_shapes_are_the_sums_of_gathered_words(seed: int) -> None
         mp.setattr(colkeys, "_run_sums", colkeys.PYTHON["_run_sums"])
         assert (colkeys.run_sums(starts, ids, by_shape) == want).all()
     lanes = Lanes(tuple(by_shape.T.copy()), ids)
-    for rows in (0, n + 1):  # the compiled path, then the numpy one
+    for compiled in (True, False):  # the compiled path, then the numpy one
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(colkeys, "MIN_ROWS", rows)
+            mp.setattr(colkeys, "wanted", lambda rows, c=compiled: c)
             assert (lanes.step_sums(starts) == want).all()
     gathered = lanes.per_block()
     assert all((g == by_shape[ids, w]).all() for w, g in enumerate(gathered))
