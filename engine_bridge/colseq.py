@@ -86,6 +86,7 @@ class Life:
 # thing to build from the columns and to unpack.
 Event = tuple[int, str, int, str, Any, Any]
 END_EVENTS = frozenset(("finish", "abort", "preempt"))
+_PLAIN_ENDS = frozenset(("finish", "abort"))  # a preemption keeps the request (`_release`)
 
 
 class RequestTable:
@@ -158,17 +159,72 @@ class RequestTable:
         read their slots)."""
         self.add(adds)
         done: list[str] = []
-        for line, rid, step, what, a, b in events:
-            if what in END_EVENTS:
-                self._end_record(rid, line, what, step, b, done)
+        # Requests do not touch each other's state, so each one's events are taken together,
+        # in its own line order; most end plainly (`_plain_ends`) and need no more.
+        mine: dict[str, list[Event]] = {}
+        for event in events:
+            found = mine.get(event[1])
+            if found is None:
+                mine[event[1]] = [event]
             else:
-                self._block(rid, line, step, what, a, b, done)
+                found.append(event)
+        done.extend(self._plain_ends(mine, last_step))
+        for rid, own in mine.items():
+            for line, _, step, what, a, b in own:
+                if what in END_EVENTS:
+                    self._end_record(rid, line, what, step, b, done)
+                else:
+                    self._block(rid, line, step, what, a, b, done)
         for rid, life in self.life.items():
             # A held end is released once the engine is past its step + 1 (reference replay:
             # `_advance`); every record of the request after that would release it first.
             if life.held is not None and life.held[1] + 1 < last_step:
                 self._release(rid, life, done)
         return done
+
+    def _plain_ends(self, mine: dict[str, list[Event]], last_step: int) -> list[str]:
+        """The requests (taken out of ``mine``) whose events of the chunk are the usual end,
+        which the pass would apply with no other effect than ending them: nothing carried
+        over; a finish or abort record (no drop_stale_output); then at most one block,
+        discarded with that event's outcome, of a step the held end still covers (its step
+        + 1 at most), which `transitions.lifecycle_rule` closes (not kept open as stale);
+        and the end released within the chunk (the engine past its step + 1). Their end
+        records are checked as `_end_record` checks them, all at once (`Irregular` if one
+        is of a request unknown, ended or added after it)."""
+        life, unset = self.life, msgspec.UNSET
+        # what the rule does to a block at such an end, per (event, verified)
+        closes = {
+            (event, verified): not self.stays(event, verified)
+            for event in _PLAIN_ENDS
+            for verified in (False, True)
+        }
+        plain: list[str] = []
+        lines: list[int] = []
+        for rid, own in mine.items():
+            if len(own) > 2 or rid in life:
+                continue
+            line, _, step, event, _, flag = own[0]  # a block first: its outcome is no event
+            if event not in _PLAIN_ENDS or flag is not unset or step + 1 >= last_step:
+                continue
+            if len(own) == 2:
+                # (a second request record: its event is no outcome)
+                _, _, block_step, outcome, scheduled, sampled = own[1]
+                if (
+                    outcome != LIFECYCLE_OUTCOME[event]
+                    or block_step > step + 1
+                    or not closes[event, scheduled > 0 or sampled > 0]  # verified (`_block`)
+                ):
+                    continue
+            plain.append(rid)
+            lines.append(line)
+        if not plain:
+            return plain
+        slots = np.fromiter(map(self.slots.__getitem__, plain), np.int64, len(plain))
+        if (slots < 0).any() or (np.asarray(lines) <= self.open_line[slots]).any():
+            raise Irregular("an end record of an unknown or ended request")
+        for rid in plain:
+            del mine[rid]
+        return plain
 
     def _end_record(
         self, rid: str, line: int, event: str, step: int, flag: Any, done: list[str]
@@ -273,9 +329,11 @@ class RequestTable:
         life, slots, free = self.life, self.slots, self.free
         hashes = []
         for rid in done:
-            if life.pop(rid, None) is None:
+            life.pop(rid, None)  # none for a request that ended plainly
+            slot = slots.pop(rid, -1)
+            if slot < 0:
                 continue
-            free.append(slots.pop(rid))
+            free.append(slot)
             hashes.append(hash(rid))
         if hashes:
             kept = hashes[-ENDED_RING:]  # the ring keeps the last ones

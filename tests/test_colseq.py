@@ -10,11 +10,12 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from spectally.engine_bridge import colseq
 from spectally.engine_bridge.colread import Irregular
 from spectally.engine_bridge.colseq import RequestTable, check_one_block_per_step
+from spectally.engine_bridge.translate import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode
 from spectally.reference.transitions import lifecycle_rule
@@ -175,3 +176,148 @@ def test_lane_words_pack_each_lane_where_lane_reads_it(k: int) -> None:
     want = [drafts, tokens, accepted, *((accepted > i).astype(np.int64) for i in range(k))]
     for i, lane in enumerate(want):
         assert (_lane(words, i) == lane).all(), i
+
+
+# -- plain ends (`RequestTable._plain_ends`) against the full pass ---------------------------
+
+_RECORD_EVENTS = ("finish", "abort", "preempt")
+_OUTCOMES = (
+    "applied",
+    "discarded_finished",
+    "discarded_aborted",
+    "discarded_preempted",
+    "discarded_stale",
+)
+_FLAGS = (msgspec.UNSET, None, True, False)
+
+
+@st.composite
+def _request_events(draw: st.DrawFn) -> tuple[list[Any], list[Any], int, int]:
+    """One or two requests' events for a chunk, in line order: end records and blocks of
+    steps near the first end (mostly the usual end: a finish or abort, then a discarded
+    block of the next step), optionally a request not added, or added after its end record,
+    or with lifecycle state carried from an earlier chunk; the chunk's last step."""
+    events: list[Any] = []
+    adds: list[Any] = []
+    line = 10
+    for rid in draw(st.sampled_from([["a"], ["a", "b"]])):
+        add_line = draw(st.sampled_from([1] * 7 + [50]))  # 50: after the events
+        if draw(st.integers(0, 9)):
+            adds.append((add_line, rid, 1, "add", False, msgspec.UNSET))
+        step = draw(st.integers(3, 5))
+        own: list[Any] = []
+        if draw(st.integers(0, 3)):  # the usual end
+            event = draw(st.sampled_from(["finish", "abort"]))
+            own.append((step, event, None, msgspec.UNSET))
+            if draw(st.booleans()):
+                own.append(
+                    (
+                        step + draw(st.sampled_from([1, 1, 1, 0, 2])),  # 2: after the end
+                        LIFECYCLE_OUTCOME[event],
+                        draw(st.integers(0, 1)),
+                        draw(st.integers(0, 1)),
+                    )
+                )
+        for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2, 3] if own else [1, 2, 3]))):
+            if draw(st.booleans()):
+                own.append(
+                    (
+                        step + draw(st.integers(0, 2)),
+                        draw(st.sampled_from(_RECORD_EVENTS)),
+                        None,
+                        draw(st.sampled_from(_FLAGS)),
+                    )
+                )
+            else:
+                own.append(
+                    (
+                        step + draw(st.integers(-1, 2)),
+                        draw(st.sampled_from(_OUTCOMES)),
+                        draw(st.integers(0, 1)),
+                        draw(st.integers(0, 1)),
+                    )
+                )
+        for s, what, a, b in own:
+            events.append((line, rid, s, what, a, b))
+            line += 3
+    events.sort(key=lambda e: (e[2], e[0]))  # steps never go back
+    events = [(10 + 3 * i, *e[1:]) for i, e in enumerate(events)]
+    return adds, events, draw(st.integers(3, 12)), draw(st.sampled_from([0, 0, 0, 0, 0, 1, 2, 3]))
+
+
+def _outcome(table: RequestTable, adds: list[Any], events: list[Any], last: int, carry: int) -> Any:
+    """What the table does with the events after a first chunk that leaves request "a" with
+    a held preemption (``carry`` 1), and an open block of that preemption's next step too
+    (2), or only an open block, discarded as aborted (3): the error, or the ids done and
+    the state left."""
+    try:
+        if carry:
+            first = [(2, "a", 2, "preempt", None, msgspec.UNSET)] if carry < 3 else []
+            first += [(3, "a", 3, "discarded_preempted", 1, 0)] if carry == 2 else []
+            first += [(3, "a", 3, "discarded_aborted", 0, 0)] if carry == 3 else []
+            add = (1, "a", 1, "add", False, msgspec.UNSET)
+            table.release(table.lifecycle([add], first, 3))
+            assert "a" in table.life  # carried
+            adds = [a for a in adds if a[1] != "a"]  # added in that first chunk
+        done = table.lifecycle(adds, events, last)
+        table.release(done)
+    except Irregular:
+        return "irregular"
+    life = {
+        rid: (
+            v.held,
+            [(b.step, b.outcome, b.verified, b.stale, b.dropped) for b in v.open],
+            v.ended,
+        )
+        for rid, v in table.life.items()
+    }
+    return sorted(done), dict(table.slots), life, sorted(table.ended[: table.ended_next].tolist())
+
+
+_USUAL_END = [(10, "a", 4, "finish", None, msgspec.UNSET), (13, "a", 5, "discarded_finished", 1, 0)]
+
+
+@settings(max_examples=400)  # milliseconds each; about a tenth take the shortcut
+@given(_request_events(), st.sampled_from(list(Mode)))
+@example(([], _USUAL_END, 9, 2), Mode.ASYNC)  # the usual end of a request with a stale block
+@example(([], _USUAL_END, 9, 1), Mode.ASYNC)  # ... with a preemption held
+@example(([], _USUAL_END, 9, 3), Mode.SYNC)  # ... with a block open, of another outcome
+def test_plain_ends_are_what_the_full_pass_does(case: Any, mode: Mode) -> None:
+    """The shortcut for requests that end plainly changes nothing: the same verdict (refused
+    or not), the same requests ended, slots, held state and ended ids as the full pass over
+    every event, in sync and async, with state carried over or not."""
+    adds, events, last, carry = case
+    full = RequestTable()
+    full.mode = mode
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RequestTable, "_plain_ends", lambda self, mine, last_step: [])
+        want = _outcome(full, adds, events, last, carry)
+    table = RequestTable()
+    table.mode = mode
+    assert _outcome(table, adds, events, last, carry) == want
+
+
+def test_the_usual_ends_take_the_shortcut() -> None:
+    """A finish or abort and its discarded block of the next step, released in the chunk, is
+    settled without the full pass; a preemption, a drop_stale_output, an end still held at
+    the chunk's end, or a block of another outcome is not."""
+    adds = [(1, rid, 1, "add", False, msgspec.UNSET) for rid in "abcdef"]
+    events = [
+        (10, "a", 3, "finish", None, msgspec.UNSET),
+        (11, "a", 4, "discarded_finished", 1, 0),
+        (12, "b", 3, "abort", None, msgspec.UNSET),
+        (13, "c", 3, "preempt", None, msgspec.UNSET),
+        (14, "d", 3, "finish", None, True),
+        (15, "e", 7, "finish", None, msgspec.UNSET),
+        (16, "f", 3, "finish", None, msgspec.UNSET),
+        (17, "f", 4, "discarded_aborted", 1, 0),
+    ]
+    table = RequestTable()
+    table.add(adds)
+    mine: dict[str, list[Any]] = {}
+    for e in events:
+        mine.setdefault(e[1], []).append(e)
+    assert table._plain_ends(mine, 8) == ["a", "b"]
+    assert sorted(mine) == ["c", "d", "e", "f"]
+    with pytest.raises(Irregular, match="unknown or ended"):
+        RequestTable()._plain_ends({"a": [events[0]]}, 8)  # never added
