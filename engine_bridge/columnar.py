@@ -328,9 +328,9 @@ class Columnar:
         values[:, :3] = np.fromiter(
             chain.from_iterable(map(_STATS_TOTALS, stats)), np.int64, 3 * len(stats)
         ).reshape(len(stats), 3)
-        values[:, 3:] = np.fromiter(
-            chain.from_iterable(per_pos), np.int64, k * len(stats)
-        ).reshape(len(stats), k)
+        values[:, 3:] = np.fromiter(chain.from_iterable(per_pos), np.int64, k * len(stats)).reshape(
+            len(stats), k
+        )
         if len(stats) and int(values[:, 3:].max(initial=0)) > MAX_EXACT_FLOAT:
             raise Irregular("a per-position count too large")
         if check_step_stats(
