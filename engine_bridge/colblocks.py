@@ -12,7 +12,6 @@ replay then judges the whole log and writes the report.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -141,9 +140,10 @@ class ShapeTable:
     whole log (not once per block, nor once per chunk), and the counters are folded at the
     end over the shapes, weighted by how many blocks had each (exact: the folds are sums).
     A block finds its shape through an open-addressing hash table over numpy arrays (one
-    multiply, shift, two gathers and a compare per block; no sort); new shapes (a few per
-    chunk once the log is under way) take a Python dict. Memory: a few arrays per shape;
-    past `MAX_SHAPES` the table is folded and starts afresh, so it is bounded whatever the log.
+    multiply, shift, a gather and a compare per block, linear probing, no sort), where a
+    block of a new shape (a few per chunk once the log is under way) adds it. Memory: a few
+    values per shape; past `MAX_SHAPES` the table is folded and starts afresh, so it is
+    bounded whatever the log.
     """
 
     def __init__(self, mode: Mode, k: int) -> None:
@@ -156,7 +156,6 @@ class ShapeTable:
         self._reset()
 
     def _reset(self) -> None:
-        self.ids: dict[int, int] = {}
         # Per id, in stores that grow in place (`colstore`: no fresh arrays per chunk):
         # the shapes' columns (counts, then flags: `BlockColumns` order); legacy
         # num_drafts, num_draft_tokens, num_accepted_tokens (packed in `Lanes` words for a
@@ -167,8 +166,14 @@ class ShapeTable:
         self._legacy = Growing(words, np.int64)
         self._weights = Growing(1, np.int64)
         self.checked = 0  # the ids below this one have passed the rules (`_check_pending`)
+        # The hash table: key and id per slot (-1: free; a key is never negative), at most
+        # a quarter full (`_room`).
         self.slot_keys = np.full(1 << 12, -1, dtype=np.int64)
         self.slot_ids = np.zeros(1 << 12, dtype=np.int64)
+
+    def __len__(self) -> int:
+        """The shapes in the table."""
+        return len(self._counts)
 
     @property
     def legacy(self) -> tuple[Ints, ...]:
@@ -233,50 +238,66 @@ class ShapeTable:
         return mixed.view(np.int64)  # < 2**bits: the same value
 
     def _probe(self, key: Ints) -> Ints:
-        """The shape id of each key found in its slot or the next one; -1 elsewhere."""
+        """The shape id of each key (linear probing from its slot to the key or a free
+        slot); -1 for a key not in the table."""
+        ids = np.full(len(key), -1, dtype=np.int64)
         slots = self._slots(key)
-        ids = self.slot_ids[slots]
-        miss = np.flatnonzero(self.slot_keys[slots] != key)
-        if len(miss):
-            again = (slots[miss] + 1) & (len(self.slot_keys) - 1)
-            hit = self.slot_keys[again] == key[miss]
-            ids[miss] = np.where(hit, self.slot_ids[again], -1)
+        rows = np.arange(len(key))
+        mask = len(self.slot_keys) - 1
+        while len(rows):
+            held = self.slot_keys[slots]
+            hit = held == key[rows]
+            ids[rows[hit]] = self.slot_ids[slots[hit]]
+            on = ~hit & (held != -1)  # another key there: the next slot
+            rows, slots = rows[on], (slots[on] + 1) & mask
         return ids
 
     def lookup(self, c: BlockColumns, counts: Ints | None = None) -> Ints | None:
-        """The shape id of every block, each block counted in its shape's weight; None when
-        the counts do not fit a key (the caller checks them unpacked; nothing counted). New
-        shapes are checked by the rules before any verdict (`totals`), and their legacy
-        counts evaluated at once (`_add_legacy`). ``counts``: optionally the count columns
-        as one (n, 9) matrix in `COUNT_FIELDS` order; with it, a chunk of
-        `colkeys.MIN_ROWS` blocks or more finds its keys and slots, and counts the blocks
-        found there, in one compiled pass (`colkeys.shape_slots`: the same keys as
-        `_key`)."""
+        """The shape id of every block, each block counted in its shape's weight and new
+        shapes added; None when the counts do not fit a key (the caller checks them
+        unpacked; nothing counted or added). New shapes are checked by the rules before any
+        verdict (`totals`), and their legacy counts evaluated at once (`_add_legacy`).
+        ``counts``: optionally the count columns as one (n, 9) matrix in `COUNT_FIELDS`
+        order; with it, the compiled kernels (`colkeys`: the same keys as `_key`) find, add
+        and count each block's shape in one pass over the rows."""
         if counts is not None and self.width and colkeys.wanted(len(counts)):
-            found = colkeys.shape_slots(
-                counts,
-                c.applied,
-                c.structured,
-                c.stale,
-                self.width,
-                self.k,
+            ids = self._lookup_compiled(c, counts)
+        else:
+            ids = self._lookup_numpy(c)
+        if ids is not None:
+            self._add_legacy()
+        return ids
+
+    def _lookup_compiled(self, c: BlockColumns, counts: Ints) -> Ints | None:
+        key = colkeys.shape_keys(counts, c.applied, c.structured, c.stale, self.width, self.k)
+        if key is None:
+            return None
+        ids = np.empty(len(key), dtype=np.int64)
+        start = 0
+        while start < len(key):
+            room = min(self._room(1), len(key) - start)
+            self._weights.reserve(room)  # the new shapes' weights are counted in place
+            stop, rows = colkeys.shape_ids(
+                key,
+                start,
                 self.slot_keys,
                 self.slot_ids,
-                self._weights.buffer[0],  # the blocks found in their slots counted there
+                ids,
+                self._weights.buffer[0],
+                len(self),
+                room,
             )
-            if found is None:
-                return None
-            key, ids = found
-            miss = np.flatnonzero(ids < 0)
-            uncounted: Ints | None = miss
-        else:
-            maybe = self._key(c)
-            if maybe is None:
-                return None
-            key = maybe
-            ids = self._probe(key)
-            miss = np.flatnonzero(ids < 0)
-            uncounted = None  # every block
+            self._add_shapes(c, rows)
+            self._weights.claim(len(rows))
+            start = stop
+        return ids
+
+    def _lookup_numpy(self, c: BlockColumns) -> Ints | None:
+        key = self._key(c)
+        if key is None:
+            return None
+        ids = self._probe(key)
+        miss = np.flatnonzero(ids < 0)
         batch = 1024
         while len(miss):
             # The shapes of a first batch of misses, then the rest probed again: a chunk's
@@ -287,35 +308,31 @@ class ShapeTable:
                 ids[rest] = self._probe(key[rest])
                 rest = rest[ids[rest] < 0]
             miss, batch = rest, 4 * batch
-        self._add_legacy()
-        counted = ids if uncounted is None else ids[uncounted]
-        if len(counted):
-            self.weights[:] += np.bincount(counted, minlength=len(self._weights))
+        self.weights[:] += np.bincount(ids, minlength=len(self))
         return ids
 
     def _resolve(self, c: BlockColumns, key: Ints, miss: Ints) -> Ints:
-        """Ids of these blocks (their keys are not in the hash table): known shapes from the
-        dict, new ones added (their legacy counts follow in `_add_legacy`, the rules in one
-        batch later: `_check_pending`)."""
+        """Ids of these blocks, whose keys are not in the table: their shapes added, in key
+        order (their legacy counts follow in `_add_legacy`, the rules in one batch later:
+        `_check_pending`)."""
         keys, first, inverse = np.unique(key[miss], return_index=True, return_inverse=True)
-        known = self.ids
-        found = np.fromiter(map(known.get, keys.tolist(), repeat(-1)), np.int64, len(keys))
-        new = np.flatnonzero(found < 0)
-        if len(new):
-            at = miss[first[new]]
-            start = len(self._counts)
-            self._counts.append([getattr(c, name)[at] for name in COUNT_FIELDS])
-            self._flags.append([getattr(c, name)[at] for name in _FLAG_FIELDS])
-            found[new] = np.arange(start, start + len(new))
-            known.update(zip(keys[new].tolist(), found[new].tolist(), strict=True))
-            self._insert(keys[new], found[new])
+        found = np.arange(len(self), len(self) + len(keys))
+        self._room(len(keys))
+        self._insert(keys, found)
+        self._add_shapes(c, miss[first])
+        self._weights.append([np.zeros(len(keys), dtype=np.int64)])
         return found[inverse.reshape(-1)]
+
+    def _add_shapes(self, c: BlockColumns, rows: Ints) -> None:
+        """The shapes of blocks ``rows`` (new ones, given the next ids in this order)."""
+        if len(rows):
+            self._counts.append([getattr(c, name)[rows] for name in COUNT_FIELDS])
+            self._flags.append([getattr(c, name)[rows] for name in _FLAG_FIELDS])
 
     def _add_legacy(self) -> None:
         """The legacy counts of the shapes added since the last call (`legacy_step` over
-        them at once: one evaluation per chunk, however many batches `lookup` resolved),
-        and their weights, zero so far."""
-        start, size = len(self._weights), len(self._counts)
+        them at once: one evaluation per chunk, however many batches `lookup` resolved)."""
+        start, size = len(self._legacy), len(self)
         if start == size:
             return
         x, _, _, _ = block_inputs(self.mode, self.rows(start))
@@ -325,11 +342,10 @@ class ShapeTable:
             for v in (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
         ]
         self._legacy.append(list(lane_words(self.k, *values)) if self.lanes else values)
-        self._weights.append([np.zeros(size - start, dtype=np.int64)])
 
     def _check_pending(self) -> None:
         """The rules over the shapes added since the last call (`Irregular` if one fails)."""
-        size = len(self._weights)
+        size = len(self)
         for start in range(self.checked, size, FOLD_ROWS):
             _check_rows(self.mode, self.k, self.rows(start, start + FOLD_ROWS))
         self.checked = size
@@ -344,29 +360,35 @@ class ShapeTable:
             for at in range(0, len(weights), FOLD_ROWS)
         ]
 
-    def _insert(self, keys: Ints, ids: Ints) -> None:
-        if 4 * len(self.ids) > len(self.slot_keys):  # keep the table at most a quarter full
-            size = len(self.slot_keys)
-            while 4 * len(self.ids) > size:
+    def _room(self, needed: int) -> int:
+        """How many shapes may be added with the table at most a quarter full, at least
+        ``needed``: the table grows first (by four, rehashed) until so many may."""
+        size = len(self.slot_keys)
+        if size // 4 - len(self) < needed:
+            while size // 4 - len(self) < needed:
                 size *= 4
+            held = self.slot_keys >= 0
+            keys, ids = self.slot_keys[held], self.slot_ids[held]
             self.slot_keys = np.full(size, -1, dtype=np.int64)
             self.slot_ids = np.zeros(size, dtype=np.int64)
-            keys = np.fromiter(self.ids.keys(), np.int64, len(self.ids))
-            ids = np.fromiter(self.ids.values(), np.int64, len(self.ids))
+            self._insert(keys, ids)
+        return size // 4 - len(self)
+
+    def _insert(self, keys: Ints, ids: Ints) -> None:
+        """Put these keys (distinct, none in the table) into it: each in the first free
+        slot from its own on, first come first served among keys after the same slot."""
         slots = self._slots(keys)
         mask = len(self.slot_keys) - 1
-        # Its own slot, else the next one; first come, first served (a key whose two slots
-        # are both taken is found through the dict only).
-        for probe in range(2):
-            at = (slots + probe) & mask
-            free = self.slot_keys[at] == -1
-            at, keys, ids, slots = at[free], keys[free], ids[free], slots[free]
-            _, first = np.unique(at, return_index=True)
-            self.slot_keys[at[first]] = keys[first]
-            self.slot_ids[at[first]] = ids[first]
-            rest = np.ones(len(at), dtype=np.bool_)
-            rest[first] = False
-            keys, ids, slots = keys[rest], ids[rest], slots[rest]
+        while len(keys):
+            free = np.flatnonzero(self.slot_keys[slots] == -1)
+            _, first = np.unique(slots[free], return_index=True)
+            won = free[first]
+            self.slot_keys[slots[won]] = keys[won]
+            self.slot_ids[slots[won]] = ids[won]
+            rest = np.ones(len(keys), dtype=np.bool_)
+            rest[won] = False
+            # the others' slots are taken now (by another key, or a winner): the next one
+            keys, ids, slots = keys[rest], ids[rest], (slots[rest] + 1) & mask
 
     # -- totals ------------------------------------------------------------------------------
 
@@ -454,7 +476,7 @@ def check_blocks(
     if shapes is None:
         counters, shift = table.totals()
         return BlockResult(per_block, counters, shift)
-    if len(table.ids) > MAX_SHAPES:
+    if len(table) > MAX_SHAPES:
         table.flush()
     return BlockResult(per_block, None, None)
 

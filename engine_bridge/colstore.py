@@ -34,14 +34,27 @@ class Growing:
         if len(columns) != len(self.buffer):
             raise ValueError(f"{len(columns)} columns for a store of {len(self.buffer)}")
         size = self.size + (len(columns[0]) if len(columns) else 0)
+        self.reserve(size - self.size)
+        for row, column in zip(self.buffer, columns, strict=True):
+            row[self.size : size] = column
+        self.size = size
+
+    def reserve(self, more: int) -> None:
+        """Room in the buffer for ``more`` values after the last, zeros until written
+        (in place, then `claim`ed; or by `append`)."""
+        size = self.size + more
         if size > self.buffer.shape[1]:
             capacity = max(size, 2 * self.buffer.shape[1])
             bigger = np.zeros((len(self.buffer), capacity), dtype=self.buffer.dtype)
             bigger[:, : self.size] = self.buffer[:, : self.size]
             self.buffer = bigger
-        for row, column in zip(self.buffer, columns, strict=True):
-            row[self.size : size] = column
-        self.size = size
+
+    def claim(self, more: int) -> None:
+        """Take the ``more`` values after the last as appended: written in place in
+        `buffer`, after `reserve` made room for them."""
+        if self.size + more > self.buffer.shape[1]:
+            raise ValueError(f"{more} values claimed, {self.buffer.shape[1] - self.size} reserved")
+        self.size += more
 
     def columns(self, start: int = 0, stop: int | None = None) -> list[Array]:
         """Views of the columns' values ``start`` to ``stop`` (default: the end). An append

@@ -77,19 +77,20 @@ MUTANTS = [
 ]
 # (name, text in colkeys.py, replacement)
 KEY_MUTANTS = [
-    ("bound off by one", "if worst > limit:", "if worst >= limit:"),
-    ("no bound check", "    if worst > limit:\n        return False\n", ""),
+    ("bound off by one", "return not worst > limit", "return not worst >= limit"),
+    ("no bound check", "return not worst > limit", "return True"),
     ("field one bit narrower", "key = (key << width) | value",
      "key = (key << (width - 1)) | value"),
     ("count not shifted by one", "value = counts[i, j] + 1", "value = counts[i, j]"),
     ("a count left out of the key", "for j in range(COUNTS):", "for j in range(COUNTS - 1):"),
     ("flags swapped", "(np.int64(structured[i]) << 1) | np.int64(stale[i])",
      "(np.int64(stale[i]) << 1) | np.int64(structured[i])"),
-    ("second slot not probed", "slot = (slot + 1) & mask", "slot = slot & mask"),
-    ("second slot's id taken unchecked",
-     "            if slot_keys[slot] != key:\n                ids[i] = -1\n"
-     "                continue\n", ""),
-    ("a hit not recognised", "if slot_keys[slot] != key:", "if slot_keys[slot] != key - 1:"),
+    ("no probing past the home slot", "while held != key and held != -1:", "while False:"),
+    ("probing by two slots", "slot = (slot + 1) & mask", "slot = (slot + 2) & mask"),
+    ("a new shape's first row not its own", "first_rows[added] = i", "first_rows[added] = start"),
+    ("new ids off by one", "slot_ids[slot] = next_id + added",
+     "slot_ids[slot] = next_id + added + 1"),
+    ("a row skipped where it stops", "return i, added", "return i + 1, added"),
     ("a found block not counted", "weights[found] += 1", "weights[found] += i > 0"),
     ("last run cut short", "if r + 1 < len(starts) else n", "if r + 1 < len(starts) else n - 1"),
     ("a run's first block skipped", "for i in range(starts[r], stop):",

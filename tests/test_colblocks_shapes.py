@@ -1,6 +1,6 @@
 """The shape table of the columnar checker (colblocks.ShapeTable) against the rules evaluated
 block by block: the same legacy counts per block, the same counters and shift terms, through
-hash collisions, the dict-only path, a table flushed when it grows, keys that do not fit,
+hash collisions, long probe chains, a table flushed when it grows, keys that do not fit,
 and legacy counts packed in lanes (colseq.Lanes) or not."""
 
 from __future__ import annotations
@@ -126,11 +126,10 @@ def test_a_blocks_key_does_not_depend_on_its_chunk(tmp_path: Path, k: int) -> No
 
 @pytest.mark.parametrize("k", [3, 8, 64])
 def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
-    """The keys and slots of the compiled pass over the count matrix the columnar checker
-    passes (`colkeys.shape_slots`) are the keys from the columns (`_key`) and what
-    `_probe` finds for them, block for block, and that matrix holds the very values of the
-    columns; a count that does not fit gives no key either way (k = 64 has no key width; a
-    count put just above k + 2 or just below -1)."""
+    """The keys of the compiled pass over the count matrix the columnar checker passes
+    (`colkeys.shape_keys`) are the keys from the columns (`_key`), block for block, and that
+    matrix holds the very values of the columns; a count that does not fit gives no key
+    either way (k = 64 has no key width; a count put just above k + 2 or just below -1)."""
     mode, chunks, matrices = _spied(tmp_path, k)
     assert all(m is not None for m in matrices)
     table = ShapeTable(mode, k)
@@ -143,20 +142,12 @@ def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
             assert want is None
             continue
         assert want is not None
-        got = _compiled_slots(table, counts, c)
-        assert got is not None
-        assert (got[0] == want).all()
-        assert (got[1] == table._probe(want)).all()
-        # each block found in a slot counted once for its shape, the misses not at all
-        found = got[1][got[1] >= 0]
-        assert (got[2] == np.bincount(found, minlength=len(got[2]))).all()
-        table.lookup(c, counts)  # the table fills: later chunks find shapes in their slots
+        got = _compiled_keys(table, counts, c)
+        assert got is not None and (got == want).all()
         for row, value in ((len(counts) // 2, k + 3), (len(counts) - 1, -2)):
             bad = counts.copy()
             bad[row, 4] = value
-            weights = np.zeros(len(table.weights) + 1, dtype=np.int64)
-            assert _compiled_slots(table, bad, c, weights) is None
-            assert not weights.any()  # nothing counted when no key fits
+            assert _compiled_keys(table, bad, c) is None
             column = c.invalid.copy()
             column[row] = value
             assert table._key(replace(c, invalid=column)) is None
@@ -166,57 +157,104 @@ def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
             column = c.invalid.copy()
             column[0] = value
             keys = table._key(replace(c, invalid=column))
-            got = _compiled_slots(table, edge, c)
-            assert keys is not None and got is not None and (got[0] == keys).all()
-    assert table.width == 0 or (table.slot_keys >= 0).sum() > 10
+            got = _compiled_keys(table, edge, c)
+            assert keys is not None and got is not None and (got == keys).all()
 
 
-def _compiled_slots(table: ShapeTable, counts: Any, c: BlockColumns, weights: Any = None) -> Any:
-    """`colkeys.shape_slots` against the table's slots: the keys, the ids and the blocks
-    counted per id (in ``weights``, else in fresh zeros); None when no key fits."""
-    if weights is None:
-        weights = np.zeros(len(table.weights) + 1, dtype=np.int64)
-    got = colkeys.shape_slots(
-        counts,
-        c.applied,
-        c.structured,
-        c.stale,
-        table.width,
-        table.k,
-        table.slot_keys,
-        table.slot_ids,
-        weights,
-    )
-    return None if got is None else (*got, weights)
+def _compiled_keys(table: ShapeTable, counts: Any, c: BlockColumns) -> Any:
+    return colkeys.shape_keys(counts, c.applied, c.structured, c.stale, table.width, table.k)
 
 
-def test_the_compiled_kernel_is_its_python_source(tmp_path: Path) -> None:
-    """numba's machine code gives what the kernel's source gives run as plain Python (the
-    source the other tests read as the specification of the compiled pass)."""
+@pytest.mark.parametrize("room", [1 << 20, 7])
+def test_the_compiled_ids_are_the_probed_ids(tmp_path: Path, room: int) -> None:
+    """`colkeys.shape_ids` on a copy of the table, chunk after chunk: a block whose key is
+    in the table gets the id `_probe` finds; a new key gets the next id, in the order of
+    its first block, and its later blocks that id; every block is counted once in its id's
+    weight; afterwards the table finds every key (`_probe`), each in a slot of its own. With
+    little ``room``, it stops at the first new key past it, having done the rows before."""
+    mode, chunks, matrices = _spied(tmp_path, 8)
+    table = ShapeTable(mode, 8)
+    table.slot_keys = np.full(1 << 16, -1, dtype=np.int64)  # room for the log's shapes
+    table.slot_ids = np.zeros(1 << 16, dtype=np.int64)
+    shapes: dict[int, int] = {}  # key -> id, as a plain statement of what the table holds
+    for c, counts in zip(chunks, matrices, strict=True):
+        key = _compiled_keys(table, counts, c)
+        assert key is not None
+        known = table._probe(key)
+        ids = np.full(len(key), -7, dtype=np.int64)
+        weights = np.zeros(len(shapes) + len(key), dtype=np.int64)
+        stop, rows = colkeys.shape_ids(
+            key, 0, table.slot_keys, table.slot_ids, ids, weights, len(shapes), room
+        )
+        added = len(rows)
+        assert added <= room and (stop == len(key) or added == room)
+        before = set(shapes)
+        for i in range(stop):
+            k = int(key[i])
+            assert bool(known[i] == -1) is (k not in before)
+            shapes.setdefault(k, len(shapes))
+            assert ids[i] == shapes[k]
+        assert [shapes[int(key[r])] for r in rows] == list(range(len(shapes) - added, len(shapes)))
+        assert (key[rows][:, None] != key[rows]).sum() == added * (added - 1)  # distinct
+        assert (weights == np.bincount(ids[:stop], minlength=len(weights))).all()
+        assert (ids[stop:] == -7).all()
+        assert (table._probe(key[:stop]) == ids[:stop]).all()
+        held = table.slot_keys[table.slot_keys >= 0]
+        assert len(held) == len(set(held.tolist())) == len(shapes)
+        if stop < len(key):
+            assert table._probe(key[stop : stop + 1])[0] == -1  # the first new key not added
+            break
+
+
+def test_the_compiled_kernels_are_their_python_source(tmp_path: Path) -> None:
+    """numba's machine code gives what the kernels' sources give run as plain Python (the
+    sources the other tests read as the specification of the compiled passes): the keys,
+    and the ids, weights, added rows and table of `shape_ids`, also when it stops early."""
     mode, chunks, matrices = _spied(tmp_path, 8)
     table = ShapeTable(mode, 8)
     assert colkeys.compiled()
     for c, counts in zip(chunks[:4], matrices[:4], strict=True):
-        compiled = _compiled_slots(table, counts, c)
-        with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
-            mp.setattr(colkeys, "_shape_slots", colkeys.PYTHON["_shape_slots"])
-            plain = _compiled_slots(table, counts, c)
-        assert compiled is not None and plain is not None
-        assert all((a == b).all() for a, b in zip(compiled, plain, strict=True))
+        runs = []
+        for python in (False, True):
+            with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
+                if python:
+                    mp.setattr(colkeys, "_shape_keys", colkeys.PYTHON["_shape_keys"])
+                    mp.setattr(colkeys, "_shape_ids", colkeys.PYTHON["_shape_ids"])
+                key = _compiled_keys(table, counts, c)
+                assert key is not None
+                outputs: list[Any] = [key]
+                for room in (3, 1 << 20):
+                    slot_keys, slot_ids = table.slot_keys.copy(), table.slot_ids.copy()
+                    ids = np.full(len(key), -7, dtype=np.int64)
+                    weights = np.zeros(len(table) + len(key), dtype=np.int64)
+                    stop, rows = colkeys.shape_ids(
+                        key, 0, slot_keys, slot_ids, ids, weights, len(table), room
+                    )
+                    outputs += [np.array([stop]), rows, ids, weights, slot_keys, slot_ids]
+            runs.append(outputs)
+        assert all((a == b).all() for a, b in zip(*runs, strict=True))
         table.lookup(c, counts)
 
 
-def test_shapes_found_through_the_dict_only(tmp_path: Path) -> None:
-    """Keys whose two slots are taken by other keys are found through the dict."""
+def test_keys_at_the_end_of_long_probe_chains(tmp_path: Path) -> None:
+    """Every key hashed to slot 0 (the hash multiplier 0): each key is found, or added, at
+    the end of one chain through all the others, by the numpy path and by the kernels'
+    source alike, and the table still gives what the rules give block by block."""
     mode, chunks = _chunks(tmp_path, 4)
     want = _plain(mode, 4, chunks)
-    table = ShapeTable(mode, 4)
-    original = table._insert
-    table._insert = lambda keys, ids: original(keys[:1], ids[:1])  # type: ignore[method-assign]
-    got = _through_table(table, mode, 4, chunks)
-    assert all((a == b).all() for a, b in zip(want[0], got[0], strict=True))
-    assert got[1:] == want[1:]
-    assert len(table.ids) > int((table.slot_keys >= 0).sum())
+    for compiled in (False, True):
+        table = ShapeTable(mode, 4)
+        with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
+            mp.setattr(colblocks, "_MIX", np.uint64(0))
+            mp.setattr(colkeys, "MIX", 0)
+            mp.setattr(colkeys, "_shape_keys", colkeys.PYTHON["_shape_keys"])
+            mp.setattr(colkeys, "_shape_ids", colkeys.PYTHON["_shape_ids"])
+            mp.setattr(colkeys, "wanted", lambda rows, c=compiled: c)
+            got = _through_table(table, mode, 4, chunks, matrix=True)
+        assert all((a == b).all() for a, b in zip(want[0], got[0], strict=True))
+        assert got[1:] == want[1:]
+        held = np.flatnonzero(table.slot_keys >= 0)
+        assert len(held) > 10 and (held == np.arange(len(held))).all()  # one chain from 0
 
 
 def test_a_full_table_is_folded_and_started_afresh(

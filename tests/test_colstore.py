@@ -53,3 +53,21 @@ def test_the_wrong_number_of_columns_is_refused() -> None:
     with pytest.raises(ValueError, match="2 columns for a store of 3"):
         store.append([np.zeros(1, np.int64)] * 2)
     assert len(store) == 0
+
+
+def test_values_written_in_place_after_reserve_are_claimed() -> None:
+    """`reserve` then writes through `buffer` then `claim` (what the compiled shape lookup
+    does with the weights of the shapes it adds): the same as an append of those values;
+    the room beyond is zeros; a claim past the room is refused and changes nothing."""
+    store = Growing(1, np.int64, capacity=2)
+    store.append([np.array([5, 6])])
+    store.reserve(3)
+    assert store.buffer.shape[1] >= 5 and not store.buffer[0, 2:].any()
+    store.buffer[0, 2:4] = [7, 8]
+    store.claim(2)
+    assert store.columns()[0].tolist() == [5, 6, 7, 8]
+    with pytest.raises(ValueError, match="claimed"):
+        store.claim(store.buffer.shape[1] - len(store) + 1)
+    assert len(store) == 4
+    store.append([np.array([9])])
+    assert store.columns()[0].tolist() == [5, 6, 7, 8, 9]
