@@ -68,7 +68,7 @@ STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # delivered and per-position counts are bounded by this here
 _COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`'s blocks
 # Those rows are the shape table's key fields in its order, so `check_blocks` takes them as
-# they are (one matrix, `colkeys.shape_slots`); a reordering must fail here, not go slow.
+# they are (one matrix, `colkeys.shape_keys`); a reordering must fail here, not go slow.
 assert COLUMNS[1:] == COUNT_FIELDS, (COLUMNS, COUNT_FIELDS)
 _STATS_TOTALS = attrgetter("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
@@ -256,20 +256,21 @@ class Columnar:
             )
         ]
         discarded = np.flatnonzero(~applied)
+        adds = [e for e in requests if e[3] == "add"]
+        ends = [e for e in requests if e[3] != "add"] if len(adds) < len(requests) else []
         # The first line of each request's end record or discarded block (0: its state
-        # carries over): from the end back, so that the first one is the one kept.
-        marks = sorted(
-            chain(
-                ((e[0], e[1]) for e in requests if e[3] != "add"),
-                zip(
-                    block_lines[discarded].tolist(),
-                    map(ids.__getitem__, block_rid[discarded].tolist()),
-                    strict=True,
-                ),
-            ),
-            reverse=True,
+        # carries over). Both lists are in line order, so a dict built from the end back
+        # keeps each request's first line of one list; the two are merged by the minimum.
+        first = dict(
+            zip(
+                map(ids.__getitem__, block_rid[discarded[::-1]].tolist()),
+                block_lines[discarded[::-1]].tolist(),
+                strict=True,
+            )
         )
-        first = {rid: line for line, rid in marks}
+        for rid, line in {e[1]: e[0] for e in reversed(ends)}.items():
+            if line < first.get(rid, INF_LINE):
+                first[rid] = line
         first.update(dict.fromkeys(table.watched(), 0))
         walk = discarded
         if first:
@@ -289,9 +290,7 @@ class Columnar:
                 strict=True,
             )
         )
-        adds = [e for e in requests if e[3] == "add"]
-        if len(adds) < len(requests):
-            ends = [e for e in requests if e[3] != "add"]
+        if ends:
             events = sorted(events + ends, key=itemgetter(0))  # two sorted runs: a merge
         done = table.lifecycle(adds, events, self.last_step)
         self.tally.requests = table.requests
