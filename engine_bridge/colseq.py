@@ -370,13 +370,12 @@ def check_one_block_per_step(step: Ints, slot: Ints) -> None:
     """No two blocks with the same step and slot (request); slots are >= 0."""
     if len(step) < 2:
         return
-    change = step[1:] != step[:-1]
     if (step[1:] >= step[:-1]).all():
         # Steps never go back (the chunk's usual case): a step is one run of the column, so
         # (run, slot) packed in one int64 and one sort of those keys finds a repeat
         # (np.lexsort over two keys took ten times as long).
         run = np.zeros(len(step), dtype=np.int64)
-        np.cumsum(change, out=run[1:])
+        np.cumsum(step[1:] != step[:-1], out=run[1:])
         key = run * (int(slot.max()) + 1) + slot
         key.sort()
         twice = bool((key[1:] == key[:-1]).any())
