@@ -258,8 +258,8 @@ class ShapeTable:
         unpacked; nothing counted or added). New shapes are checked by the rules before any
         verdict (`totals`), and their legacy counts evaluated at once (`_add_legacy`).
         ``counts``: optionally the count columns as one (n, 9) matrix in `COUNT_FIELDS`
-        order; with it, the compiled kernels (`colkeys`: the same keys as `_key`) find, add
-        and count each block's shape in one pass over the rows."""
+        order; with it, the compiled kernels (`colkeys`: the same keys as `_key`) key the
+        rows in one pass and find, add and count each block's shape in another."""
         if counts is not None and self.width and colkeys.wanted(len(counts)):
             ids = self._lookup_compiled(c, counts)
         else:

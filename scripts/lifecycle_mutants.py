@@ -1,0 +1,83 @@
+"""Deliberate bugs in the lifecycle pass's shortcut for plain ends
+(engine_bridge/colseq.py, `RequestTable._plain_ends`): each must fail tests/test_colseq.py,
+whose differential test runs the pass with the shortcut and without it.
+
+    .venv/bin/python scripts/lifecycle_mutants.py   # a few seconds a mutant
+
+Each mutant rewrites colseq.py in place, runs the test file and puts the file back (also on
+Ctrl-C), so run it on a clean checkout (it refuses a modified colseq.py). Prints one line a
+mutant: CAUGHT (the tests failed) or MISSED; exits 1 if any is missed. One mutant is listed
+as equivalent: it changes no verdict, and is kept to say so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MODULE = REPO / "engine_bridge" / "colseq.py"
+TESTS = "tests/test_colseq.py"
+
+# (name, text in colseq.py, replacement)
+MUTANTS = [
+    ("more than two events taken", "if len(own) > 2 or rid in life:",
+     "if len(own) > 3 or rid in life:"),
+    ("carried state ignored", "if len(own) > 2 or rid in life:", "if len(own) > 2:"),
+    ("drop_stale_output ignored", "or flag is not unset or", "or"),
+    ("an end not yet released taken", "or step + 1 >= last_step:", "or step >= last_step:"),
+    ("the block's outcome unchecked",
+     "outcome != LIFECYCLE_OUTCOME[event]\n                    or ", ""),
+    ("a block two steps after the end taken", "or block_step > step + 1",
+     "or block_step > step + 2"),
+    ("an unknown request taken", "if (slots < 0).any() or (", "if ("),
+    ("preemptions taken", '_PLAIN_ENDS = frozenset(("finish", "abort"))',
+     '_PLAIN_ENDS = frozenset(("finish", "abort", "preempt"))'),
+    ("the plain requests left in the full pass too", "        for rid in plain:\n"
+     "            del mine[rid]\n", ""),
+]  # fmt: skip
+# Lines are unique, so an end record is never on its add's line: no verdict can change.
+EQUIVALENT = [
+    ("an end record on its add's line taken", "(np.asarray(lines) <= self.open_line[slots])",
+     "(np.asarray(lines) < self.open_line[slots])"),
+]  # fmt: skip
+
+
+def run(name: str, old: str, new: str, source: str) -> bool:
+    """Whether the tests fail with ``old`` replaced by ``new`` in colseq.py."""
+    assert source.count(old) >= 1, f"{name}: {old!r} is not in {MODULE.name}"
+    MODULE.write_text(source.replace(old, new, 1))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", TESTS, "-x", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
+    )  # fmt: skip
+    lines = proc.stdout.strip().splitlines() or [""]
+    print(f"{'CAUGHT' if proc.returncode != 0 else 'MISSED'}  {name}  ({lines[-1]})", flush=True)
+    return proc.returncode != 0
+
+
+def main() -> int:
+    status = subprocess.run(
+        ["git", "status", "--porcelain", str(MODULE)], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    if status.strip():
+        print("colseq.py has changes: run this on a clean checkout", file=sys.stderr)
+        return 2
+    source = MODULE.read_text()
+    missed = []
+    try:
+        for name, old, new in MUTANTS:
+            if not run(name, old, new, source):
+                missed.append(name)
+        for name, old, new in EQUIVALENT:
+            print("equivalent:", end=" ")
+            run(name, old, new, source)
+    finally:
+        MODULE.write_text(source)
+    print(f"{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
