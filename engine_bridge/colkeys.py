@@ -34,7 +34,7 @@ Ints = np.ndarray[Any, np.dtype[np.int64]]
 Bools = np.ndarray[Any, np.dtype[np.bool_]]
 
 MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: the top bits of key * 2**64 / phi
-COUNTS = 9  # the counts of a block in a key: colblocks.COUNT_FIELDS (held equal by a test)
+COUNTS = 9  # the counts of a block in a key: colblocks.COUNT_FIELDS (checked at its import)
 # Chunks with fewer blocks take the numpy path, so a small log never imports numba: 8,192
 # request_step lines are about 1.5-1.8 MB, above what `colscan.MIN_BYTES` (1 MiB) lets the typed
 # decoder take alone. The tests set 0 so that every chunk runs the kernels.

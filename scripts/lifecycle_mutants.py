@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from scanner_mutants import run  # the same runner: rewrite, run the tests, report
+
 REPO = Path(__file__).resolve().parent.parent
 MODULE = REPO / "engine_bridge" / "colseq.py"
 TESTS = "tests/test_colseq.py"
@@ -44,19 +46,6 @@ EQUIVALENT = [
 ]  # fmt: skip
 
 
-def run(name: str, old: str, new: str, source: str) -> bool:
-    """Whether the tests fail with ``old`` replaced by ``new`` in colseq.py."""
-    assert source.count(old) >= 1, f"{name}: {old!r} is not in {MODULE.name}"
-    MODULE.write_text(source.replace(old, new, 1))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", TESTS, "-x", "-q", "-p", "no:cacheprovider"],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
-    )  # fmt: skip
-    lines = proc.stdout.strip().splitlines() or [""]
-    print(f"{'CAUGHT' if proc.returncode != 0 else 'MISSED'}  {name}  ({lines[-1]})", flush=True)
-    return proc.returncode != 0
-
-
 def main() -> int:
     status = subprocess.run(
         ["git", "status", "--porcelain", str(MODULE)], cwd=REPO, capture_output=True, text=True
@@ -68,11 +57,11 @@ def main() -> int:
     missed = []
     try:
         for name, old, new in MUTANTS:
-            if not run(name, old, new, source):
+            if not run(name, old, new, source, MODULE, TESTS):
                 missed.append(name)
         for name, old, new in EQUIVALENT:
             print("equivalent:", end=" ")
-            run(name, old, new, source)
+            run(name, old, new, source, MODULE, TESTS)
     finally:
         MODULE.write_text(source)
     print(f"{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
