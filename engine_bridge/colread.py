@@ -145,49 +145,94 @@ def open_log(path: str) -> BinaryIO:
         raise Irregular(str(exc)) from None
 
 
-def byte_chunks(
-    path: str, lines: Sequence[tuple[int, bytes, bool]] | None
-) -> Iterator[bytes | memoryview]:
+# Engine steps the columnar checker gives back to the reader (`ByteChunks.keep`) are at most
+# this many bytes; a longer one stays decoded and is carried (checked on its own).
+KEEP_BYTES = 1 << 20
+
+
+class ByteChunks:
     """The log's bytes in chunks of whole lines (each ends with a newline, except perhaps the
     last). A stream error (corrupt gzip, unreadable file) is `Irregular`: the reference replay
     reads the log again and reports it.
 
     The chunks of a stream are views of one buffer that the next chunk overwrites (read into
     with ``readinto``: no fresh memory, so no page faults and no copy per chunk); a chunk is
-    valid until the generator is resumed."""
-    if lines is not None:
-        for start in range(0, len(lines), 1 << 15):
-            part = lines[start : start + (1 << 15)]
-            yield b"".join(raw + b"\n" if nl else raw for _, raw, nl in part)
-        return
-    # A partial line (at most MAX_LINE_BYTES, else Irregular) carried to the buffer's front,
-    # then at most CHUNK_BYTES read after it.
-    buffer = bytearray(MAX_LINE_BYTES + 1 + CHUNK_BYTES)
-    view = memoryview(buffer)
-    stream = open_log(path)
-    rest = 0  # bytes of the partial line at the buffer's front
-    try:
-        while True:
-            try:
-                got = cast(io.BufferedIOBase, stream).readinto(view[rest : rest + CHUNK_BYTES])
-            except (EOFError, OSError, gzip.BadGzipFile) as exc:
-                raise Irregular(f"stream error: {exc}") from None
-            if not got:
-                if rest:
-                    yield view[:rest]
-                return
-            filled = rest + got
-            cut = buffer.rfind(b"\n", rest, filled) + 1
-            if cut == 0:
-                rest = filled
-                if rest > MAX_LINE_BYTES:  # memory stays bounded whatever one line says
-                    raise Irregular("a line over the limit")
-                continue
-            yield view[:cut]
-            view[: filled - cut] = buffer[cut:filled]
-            rest = filled - cut
-    finally:
-        close_stream(stream)
+    valid until the iteration is resumed. Between two chunks, `keep` gives the last lines of
+    the one just read back: the next chunk starts with them. (The columnar checker gives back
+    an engine step the chunk boundary cut, so that it is decoded again and checked with the
+    rest of its lines in the next chunk, rather than carried decoded and checked on its own:
+    every check has costs of its own, whatever its size.)"""
+
+    def __init__(self, path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> None:
+        self.path, self.lines = path, lines
+        self._buffer = bytearray()
+        self._end = 0  # the length of the chunk just read (buffer[:_end])
+        self._back = 0  # where the lines given back start (_end: none)
+        self._open = False  # a chunk (not the last) was just read: `keep` may give lines back
+
+    def keep(self, count: int) -> bool:
+        """Give the last ``count`` lines of the chunk just read back, to be read again at the
+        front of the next chunk. False (nothing given back) after the last chunk, for lines
+        of a list (not a stream), for more lines than the chunk has, and for more than
+        `KEEP_BYTES` in all: the caller keeps them itself."""
+        if not self._open or count < 1:
+            return False
+        buffer, end = self._buffer, self._end
+        at = end
+        for _ in range(count):
+            if at == 0 or end - at > KEEP_BYTES:
+                return False
+            at = buffer.rfind(b"\n", 0, at - 1) + 1  # the start of the line ending at at - 1
+        if end - at > KEEP_BYTES:
+            return False
+        self._back = at
+        return True
+
+    def __iter__(self) -> Iterator[bytes | memoryview]:
+        if self.lines is not None:
+            lines = self.lines
+            for start in range(0, len(lines), 1 << 15):
+                part = lines[start : start + (1 << 15)]
+                yield b"".join(raw + b"\n" if nl else raw for _, raw, nl in part)
+            return
+        # The buffer's front: lines given back (at most KEEP_BYTES), then a partial line (at
+        # most MAX_LINE_BYTES, else Irregular); at most CHUNK_BYTES are read after them.
+        buffer = self._buffer = bytearray(KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES)
+        view = memoryview(buffer)
+        stream = open_log(self.path)
+        rest = whole = 0  # bytes at the buffer's front, and of those the whole lines
+        try:
+            while True:
+                try:
+                    got = cast(io.BufferedIOBase, stream).readinto(view[rest : rest + CHUNK_BYTES])
+                except (EOFError, OSError, gzip.BadGzipFile) as exc:
+                    raise Irregular(f"stream error: {exc}") from None
+                if not got:
+                    if rest:
+                        yield view[:rest]
+                    return
+                filled = rest + got
+                cut = buffer.rfind(b"\n", rest, filled) + 1
+                if cut == 0:
+                    rest = filled
+                    if rest - whole > MAX_LINE_BYTES:  # memory stays bounded, whatever a line
+                        raise Irregular("a line over the limit")
+                    continue
+                self._end = self._back = cut
+                self._open = True
+                yield view[:cut]
+                self._open = False
+                back = self._back
+                view[: filled - back] = buffer[back:filled]
+                rest, whole = filled - back, cut - back
+        finally:
+            self._open = False
+            close_stream(stream)
+
+
+def byte_chunks(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> ByteChunks:
+    """The log's bytes in chunks of whole lines (`ByteChunks`)."""
+    return ByteChunks(path, lines)
 
 
 # -- decoding ------------------------------------------------------------------------------------

@@ -111,15 +111,28 @@ class Columnar:
     ) -> ReplayResult:
         carry = empty_lines()
         carry_line = first = 1  # the line of carry[0]; a batch's records are consecutive lines
-        for whole in byte_chunks(source, lines):
+        shown = 0  # lines on the bar (lines given back are decoded again, not shown again)
+        reader = byte_chunks(source, lines)
+        for whole in reader:
             chunk = whole if whole[-1:] == b"\n" else self._cut_last(bytes(whole), first)
-            if chunk:
-                carry, carry_line, first = self._chunk(chunk, first, carry, carry_line, bar)
+            if not chunk:
+                continue
+            carry, carry_line, first = self._chunk(chunk, first, carry, carry_line)
+            if bar is not None and first - 1 > shown:
+                bar.update(first - 1 - shown)
+                shown = first - 1
+            # The carried step, when it is this chunk's last lines (it is, but before a
+            # totals line), goes back to the reader: the next chunk starts with it and checks
+            # it with the rest of its lines, one check a chunk instead of two (`_chunk`
+            # checks a decoded carry on its own). The reader refuses a step longer than the
+            # chunk (begun in an earlier one) or than `KEEP_BYTES`.
+            if len(carry) and carry_line + len(carry) == first and reader.keep(len(carry)):
+                carry, first = empty_lines(), carry_line
         self._steps(carry, carry_line, final=True)
         return self._finish()
 
     def _chunk(
-        self, chunk: bytes | memoryview, first: int, carry: Lines, carry_line: int, bar: Any
+        self, chunk: bytes | memoryview, first: int, carry: Lines, carry_line: int
     ) -> tuple[Lines, int, int]:
         """Decode and check one chunk (lines ``first``, ...) after the carried lines (lines
         ``carry_line``, ...); returns the new carry, its first line and the next chunk's first
@@ -129,8 +142,6 @@ class Columnar:
         the holes (the peak RSS crept up with the number of chunks)."""
         records = decode_columns(self.path, first, chunk)
         start, first = first, first + len(records)
-        if bar is not None:
-            bar.update(len(records))
         records, start = self._strip_dicts(records, start)
         if len(carry) and len(records):
             # The carried (unfinished) step takes this chunk's lines of that step and is

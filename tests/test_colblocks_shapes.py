@@ -18,6 +18,7 @@ from spectally.engine_bridge.colseq import Lanes, StatsColumns
 from spectally.reference.counters import Counters
 from spectally.reference.step import Mode
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
+from test_columnar_chunks import LineChunks
 
 
 def _chunks(tmp_path: Path, k: int, mode: str = "async") -> tuple[Mode, list[BlockColumns]]:
@@ -45,14 +46,9 @@ def _spied(
         matrices.append(counts)
         return original(mode, k, c, shapes, counts)
 
-    def small(source: str, lines: Any) -> Any:
-        parts = Path(source).read_bytes().splitlines(True)
-        for i in range(0, len(parts), 300):
-            yield b"".join(parts[i : i + 300])
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(columnar, "check_blocks", spy)
-        mp.setattr(columnar, "byte_chunks", small)
+        mp.setattr(columnar, "byte_chunks", LineChunks(300))
         result = columnar.Columnar(str(path), None).run(str(path), None, None)
     assert result.status == "agree"
     return Mode(mode), seen, matrices

@@ -1,8 +1,16 @@
-"""colread.Lines: the columns of a chunk of lines, cut, joined and carried."""
+"""colread: the reader (`ByteChunks`: chunks of whole lines, lines given back) and `Lines`
+(the columns of a chunk of lines, cut, joined and carried)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from spectally.engine_bridge import colread
 from spectally.engine_bridge.colread import COLUMNS, Lines, empty_lines
 
 
@@ -30,3 +38,54 @@ def test_own_copies_the_lines_and_keeps_only_their_ids() -> None:
     assert own.outcome.tolist() == outcome[1:].tolist()
     assert own.objs == {0: "rq", 2: "ss"} and own.objs is not tail.objs
     assert empty_lines().own().ids == [] and len(empty_lines().own()) == 0
+
+
+# (text: arbitrary bytes may open with a compression's magic, which the opener refuses)
+_LINE = st.text(alphabet='ab{}:" ', max_size=40).map(str.encode)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(_LINE, max_size=30),
+    newline_at_end=st.booleans(),
+    chunk_bytes=st.integers(1, 70),
+    keep_bytes=st.integers(0, 120),
+    asks=st.lists(st.integers(0, 5), max_size=60),
+)
+def test_byte_chunks_reads_each_byte_once_and_lines_given_back_again(
+    lines: list[bytes], newline_at_end: bool, chunk_bytes: int, keep_bytes: int, asks: list[int]
+) -> None:
+    """`ByteChunks`: the new bytes of the chunks are the log, each chunk starts with the lines
+    the one before gave back (`keep`), and `keep` gives back exactly when it may: after a
+    chunk that is not the last, at most the chunk's lines, at most `KEEP_BYTES`. Lines given
+    back do not count toward a line's limit (`MAX_LINE_BYTES`, here as long as a line)."""
+    data = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        path = os.path.join(tmp, "log.ndjson")
+        with open(path, "wb") as out:
+            out.write(data)
+        mp.setattr(colread, "CHUNK_BYTES", chunk_bytes)
+        mp.setattr(colread, "KEEP_BYTES", keep_bytes)
+        mp.setattr(colread, "MAX_LINE_BYTES", 40)
+        reader = colread.byte_chunks(path, None)
+        read, front, wants = b"", b"", iter(asks)
+        for view in reader:
+            chunk = bytes(view)
+            assert chunk.startswith(front)
+            read += chunk[len(front) :]
+            # a chunk not the last: it ends with a newline that was not read before
+            last = not (chunk.endswith(b"\n") and len(chunk) > len(front))
+            count, parts = next(wants, 0), chunk.splitlines(True)
+            back = b"".join(parts[len(parts) - count :]) if count else b""
+            may = not last and 0 < count <= len(parts) and len(back) <= keep_bytes
+            assert reader.keep(count) is may
+            front = back if may else b""
+        assert read == data
+        assert not reader.keep(1)
+
+
+def test_byte_chunks_of_a_list_of_lines_give_nothing_back() -> None:
+    """Lines given as a list (not a stream) are joined a batch at a time; `keep` refuses."""
+    reader = colread.byte_chunks("mem", [(1, b'{"a": 1}', True), (2, b"{}", False)])
+    assert [bytes(chunk) for chunk in reader] == [b'{"a": 1}\n{}']
+    assert not reader.keep(1)

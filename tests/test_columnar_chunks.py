@@ -5,6 +5,7 @@ whole file's, and a step's two blocks of one request on both sides of a boundary
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,28 +25,70 @@ def _log(tmp_path: Path, mode: str) -> tuple[Path, list[bytes]]:
     return path, lines
 
 
-def _chunks_of(n: int):  # type: ignore[no-untyped-def]
-    def chunks(source: str, lines: object) -> Iterator[bytes]:
-        parts = Path(source).read_bytes().splitlines(True)
-        for i in range(0, len(parts), n):
-            yield b"".join(parts[i : i + n])
+class LineChunks:
+    """Stands in for `colread.byte_chunks`: a reader of ``n`` lines a chunk with the real
+    reader's `keep` (with ``keeps``; else it refuses, as for a step too long to give back):
+    lines given back start the next chunk. ``kept`` counts the lines given back."""
 
-    return chunks
+    def __init__(self, n: int, keeps: bool = True) -> None:
+        self.n, self.keeps = n, keeps
+        self.kept = 0
+        self._parts: list[bytes] = []
+        self._size = self._back = 0
+        self._open = False
+
+    def __call__(self, source: str, lines: object) -> LineChunks:
+        self._parts = Path(source).read_bytes().splitlines(True)
+        return self
+
+    def keep(self, count: int) -> bool:
+        if not (self.keeps and self._open and 0 < count <= self._size):
+            return False
+        self._back = count
+        self.kept += count
+        return True
+
+    def __iter__(self) -> Iterator[bytes]:
+        parts, front = self._parts, []
+        for at in range(0, len(parts), self.n):
+            chunk = front + parts[at : at + self.n]
+            self._size, self._back, self._open = len(chunk), 0, at + self.n < len(parts)
+            yield b"".join(chunk)
+            self._open = False
+            front = chunk[len(chunk) - self._back :] if self._back else []
 
 
+@pytest.mark.parametrize("keeps", [True, False], ids=["given-back", "carried"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_every_small_chunk_size_gives_the_whole_files_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, keeps: bool
 ) -> None:
+    """Whether the step cut by a chunk boundary goes back to the reader (the next chunk
+    starts with it) or is carried decoded and checked on its own."""
     path, _ = _log(tmp_path, mode)
     whole = replay_file(str(path), progress=False)
     assert (whole.status, whole.checker) == ("agree", "columnar")
     for n in range(1, 10):
-        monkeypatch.setattr(columnar, "byte_chunks", _chunks_of(n))
+        reader = LineChunks(n, keeps)
+        monkeypatch.setattr(columnar, "byte_chunks", reader)
         fast = replay_file(str(path), progress=False)
         assert (fast.status, fast.checker) == ("agree", "columnar"), n
         assert fast.summary == whole.summary
         assert fast.totals == whole.totals
+        assert (reader.kept > 0) is keeps
+
+
+def test_the_progress_bar_shows_lines_given_back_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lines given back are decoded again with the next chunk, not counted again."""
+    path, lines = _log(tmp_path, "async")
+    reader = LineChunks(5)
+    monkeypatch.setattr(columnar, "byte_chunks", reader)
+    result = replay_file(str(path), progress=True)
+    assert (result.status, result.checker) == ("agree", "columnar") and reader.kept > 0
+    last = capsys.readouterr().err.replace("\r", "\n").splitlines()[-1]
+    assert f"{len(lines)} records" in last, last
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -59,8 +102,8 @@ def test_a_repeated_block_across_a_chunk_boundary_is_refused(
     assert json.loads(lines[at])["record"] == "request_step"
     lines.insert(at + 1, lines[at])
     path.write_bytes(b"".join(lines))
-    for n in (1, 2, 3):
-        monkeypatch.setattr(columnar, "byte_chunks", _chunks_of(n))
+    for n, keeps in itertools.product((1, 2, 3, 8), (True, False)):
+        monkeypatch.setattr(columnar, "byte_chunks", LineChunks(n, keeps))
         fast, _ = same(path)
         assert fast.checker == "reference" and fast.status != "agree"
 
@@ -77,7 +120,7 @@ def test_a_chunks_columns_are_freed_when_it_is_done(
     import weakref
 
     path, _ = _log(tmp_path, mode)
-    monkeypatch.setattr(columnar, "byte_chunks", _chunks_of(7))
+    monkeypatch.setattr(columnar, "byte_chunks", LineChunks(7, keeps=False))
     decoded: list[list[weakref.ref[object]]] = []
     decode = columnar.decode_columns
 

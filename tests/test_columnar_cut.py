@@ -27,6 +27,7 @@ from spectally.engine_bridge import colseq, columnar, synth, synth_varied
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.replay import replay_file
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
+from test_columnar_chunks import LineChunks
 
 
 def _log(mode: str, seed: int = 3, n: int = 600, preempt: float = 0.3) -> list[bytes]:
@@ -125,16 +126,9 @@ def test_a_cut_log_across_chunks_from_lines_and_stdin(
         b = CliRunner().invoke(replay, ["-", "--json", "--reference"], input=payload)
         assert a.exit_code == b.exit_code and a.output == b.output
         assert a.exit_code in (2, 3)
-    monkeypatch.setattr(columnar, "byte_chunks", _small_chunks)
+    monkeypatch.setattr(columnar, "byte_chunks", LineChunks(7))
     chunked, _ = same(path)
     assert (chunked.status, chunked.checker) == ("incomplete", "columnar")
-
-
-def _small_chunks(path: str, lines: object) -> object:
-    data = Path(path).read_bytes()
-    parts = data.splitlines(True)
-    for i in range(0, len(parts), 7):
-        yield b"".join(parts[i : i + 7])
 
 
 @pytest.mark.parametrize("cut", [False, True])
