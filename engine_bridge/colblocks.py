@@ -287,7 +287,7 @@ class ShapeTable:
                 len(self),
                 room,
             )
-            self._add_shapes(c, rows)
+            self._add_shapes(c, rows, counts)
             self._weights.claim(len(rows))
             start = stop
         return ids
@@ -323,10 +323,14 @@ class ShapeTable:
         self._weights.append([np.zeros(len(keys), dtype=np.int64)])
         return found[inverse.reshape(-1)]
 
-    def _add_shapes(self, c: BlockColumns, rows: Ints) -> None:
-        """The shapes of blocks ``rows`` (new ones, given the next ids in this order)."""
+    def _add_shapes(self, c: BlockColumns, rows: Ints, counts: Ints | None = None) -> None:
+        """The shapes of blocks ``rows`` (new ones, given the next ids in this order);
+        ``counts``: ``c``'s count columns as one matrix (`lookup`), gathered in one call."""
         if len(rows):
-            self._counts.append([getattr(c, name)[rows] for name in COUNT_FIELDS])
+            if counts is not None:
+                self._counts.append(counts[rows].T)
+            else:
+                self._counts.append([getattr(c, name)[rows] for name in COUNT_FIELDS])
             self._flags.append([getattr(c, name)[rows] for name in _FLAG_FIELDS])
 
     def _add_legacy(self) -> None:
@@ -338,7 +342,7 @@ class ShapeTable:
         x, _, _, _ = block_inputs(self.mode, self.rows(start))
         lg = legacy_step(self.mode, x, ARRAY_ARITH)
         values = [
-            np.broadcast_to(np.asarray(v, dtype=np.int64), size - start)
+            _column(v, size - start)
             for v in (lg.num_drafts, lg.num_draft_tokens, lg.num_accepted_tokens)
         ]
         self._legacy.append(list(lane_words(self.k, *values)) if self.lanes else values)
@@ -436,6 +440,13 @@ _MIX = np.uint64(colkeys.MIX)  # Fibonacci hashing: the top bits of key * 2**64 
 _FLAG_FIELDS = ("applied", "structured", "stale")  # `BlockColumns`' other fields
 if len(COUNT_FIELDS) != colkeys.COUNTS:  # the compiled keys read a row of that many counts
     raise ImportError(f"{len(COUNT_FIELDS)} count fields, colkeys.COUNTS = {colkeys.COUNTS}")
+
+
+def _column(value: Any, size: int) -> Ints:
+    """A rule's result as an int64 column of ``size`` values: an array as it is, a scalar (a
+    literal that numpy broadcasts) repeated (``np.broadcast_to`` costs ~25 us a call)."""
+    column = np.asarray(value, dtype=np.int64)
+    return column if column.shape == (size,) else np.full(size, column, dtype=np.int64)
 
 
 def _shift(key: Ints, bits: int) -> None:

@@ -489,9 +489,10 @@ def check_step_stats(
     if n and isinstance(legacy, Lanes):
         if int(np.diff(np.append(starts, n)).max()) * (k + 1) >= 1 << LANE:
             legacy = legacy.unpacked(k)  # a step so long that a lane could overflow
+        elif steps is run_step:  # the usual chunk: the sums are the rows as they are
+            expected = _all_lanes(legacy.step_sums(starts), 3 + k)
         else:
-            rows = np.searchsorted(steps, run_step) if steps is not run_step else slice(None)
-            expected[rows] = _all_lanes(legacy.step_sums(starts), 3 + k)
+            expected[np.searchsorted(steps, run_step)] = _all_lanes(legacy.step_sums(starts), 3 + k)
     if n and not isinstance(legacy, Lanes):
         rows = np.searchsorted(steps, run_step)
         drafts, tokens, accepted = legacy
@@ -506,9 +507,12 @@ def check_step_stats(
         # blocks whose accepted prefix reaches position i = those with length > i
         expected[rows, 3:] = np.cumsum(hist[:, ::-1], axis=1)[:, ::-1][:, 1:]
     # A step without step_stats compares with zeros (so only a non-empty account differs).
-    actual = np.zeros_like(expected)
-    if len(stats.step):
-        actual[np.searchsorted(steps, stats.step)] = stats.values
+    if steps is run_step:  # each step's step_stats row, in step order
+        actual = stats.values
+    else:
+        actual = np.zeros_like(expected)
+        if len(stats.step):
+            actual[np.searchsorted(steps, stats.step)] = stats.values
     uncompared = False
     if cut_step is not None and cut_step not in stats.step:
         row = int(np.searchsorted(steps, cut_step))

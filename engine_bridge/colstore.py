@@ -28,15 +28,14 @@ class Growing:
     def __len__(self) -> int:
         return self.size
 
-    def append(self, columns: Sequence[Array]) -> None:
+    def append(self, columns: Sequence[Array] | Array) -> None:
         """Add one value to each column per element of ``columns`` (one array per column,
-        all of one length)."""
+        all of one length; or a (columns, values) array), in one assignment."""
         if len(columns) != len(self.buffer):
             raise ValueError(f"{len(columns)} columns for a store of {len(self.buffer)}")
         size = self.size + (len(columns[0]) if len(columns) else 0)
         self.reserve(size - self.size)
-        for row, column in zip(self.buffer, columns, strict=True):
-            row[self.size : size] = column
+        self.buffer[:, self.size : size] = columns
         self.size = size
 
     def reserve(self, more: int) -> None:
