@@ -105,13 +105,13 @@ EQUIVALENT = [("DEL byte in an id", "c > 0x7E", "c > 0x7F")]
 def run(
     name: str, old: str, new: str, source: str, module: Path = SCANNER, tests: str = ""
 ) -> bool:
-    """Whether the tests (``tests``, else the module's in `TESTS`) fail with ``old``
-    replaced by ``new`` in ``module`` (whose text is ``source``). Also used by
-    scripts/lifecycle_mutants.py."""
+    """Whether the tests (``tests``, else the module's in `TESTS`; test files separated by
+    spaces) fail with ``old`` replaced by ``new`` in ``module`` (whose text is ``source``).
+    Also used by scripts/lifecycle_mutants.py and scripts/reader_mutants.py."""
     assert source.count(old) >= 1, f"{name}: {old!r} is not in {module.name}"
     module.write_text(source.replace(old, new, 1))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", tests or TESTS[module], "-x", "-q", "-p",
+        [sys.executable, "-m", "pytest", *(tests or TESTS[module]).split(), "-x", "-q", "-p",
          "no:cacheprovider"],
         cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
     )  # fmt: skip
