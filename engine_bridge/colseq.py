@@ -169,8 +169,20 @@ class RequestTable:
             else:
                 found.append(event)
         done.extend(self._plain_ends(mine, last_step))
+        lives = self.life
         for rid, own in mine.items():
-            for line, _, step, what, a, b in own:
+            # After its last end record or discarded block, a request's applied blocks change
+            # nothing once its state is settled (nothing held or open, not ended: `_block`
+            # returns at once; its open-request check is `check_block_order`'s), as after a
+            # preemption released in the chunk: the rest of them are not walked.
+            last = len(own) - 1
+            while last >= 0 and own[last][3] == "applied":
+                last -= 1
+            for at, (line, _, step, what, a, b) in enumerate(own):
+                if at > last:
+                    life = lives.get(rid)
+                    if life is None or not (life.held or life.open or life.ended):
+                        break
                 if what in END_EVENTS:
                     self._end_record(rid, line, what, step, b, done)
                 else:
