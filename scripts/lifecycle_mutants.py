@@ -1,8 +1,10 @@
-"""Deliberate bugs in the lifecycle pass's shortcut for plain ends
-(engine_bridge/colseq.py, `RequestTable._plain_ends`): each must fail tests/test_colseq.py,
-whose differential test runs the pass with the shortcut and without it.
+"""Deliberate bugs in the lifecycle pass's shortcuts (engine_bridge/colseq.py): plain ends
+(`RequestTable._plain_ends`), each of which must fail tests/test_colseq.py, whose
+differential test runs the pass with the shortcut and without it; and the walk of a
+request's applied blocks stopped once its state is settled (`RequestTable.lifecycle`),
+caught there or by tests/test_columnar_lifecycle.py (columnar against reference replays).
 
-    .venv/bin/python scripts/lifecycle_mutants.py   # a few seconds a mutant
+    .venv/bin/python scripts/lifecycle_mutants.py   # a few seconds to a minute a mutant
 
 Each mutant rewrites colseq.py in place, runs the test file and puts the file back (also on
 Ctrl-C), so run it on a clean checkout (it refuses a modified colseq.py). Prints one line a
@@ -20,7 +22,7 @@ from scanner_mutants import run  # the same runner: rewrite, run the tests, repo
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE = REPO / "engine_bridge" / "colseq.py"
-TESTS = "tests/test_colseq.py"
+TESTS = "tests/test_colseq.py tests/test_columnar_lifecycle.py"
 
 # (name, text in colseq.py, replacement)
 MUTANTS = [
@@ -38,11 +40,22 @@ MUTANTS = [
      '_PLAIN_ENDS = frozenset(("finish", "abort", "preempt"))'),
     ("the plain requests left in the full pass too", "        for rid in plain:\n"
      "            del mine[rid]\n", ""),
+    ("the walk stopped with a block still open",
+     "if life is None or not (life.held or life.open or life.ended):",
+     "if life is None or not (life.held or life.ended):"),
+    ("the walk stopped before the last end or discarded block", "                if at > last:",
+     "                if at >= last:"),
 ]  # fmt: skip
 # Lines are unique, so an end record is never on its add's line: no verdict can change.
+# A request is ended only by a release inside `_block` or `_end_record`, which then raise
+# themselves (an ended request with nothing held or open is freed at the chunk's end): the
+# walk never meets an ended request that is settled, and `ended` there only mirrors `_block`.
 EQUIVALENT = [
     ("an end record on its add's line taken", "(np.asarray(lines) <= self.open_line[slots])",
      "(np.asarray(lines) < self.open_line[slots])"),
+    ("the walk stopped at an ended request",
+     "if life is None or not (life.held or life.open or life.ended):",
+     "if life is None or not (life.held or life.open):"),
 ]  # fmt: skip
 
 
