@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import tempfile
 
@@ -89,3 +91,42 @@ def test_byte_chunks_of_a_list_of_lines_give_nothing_back() -> None:
     reader = colread.byte_chunks("mem", [(1, b'{"a": 1}', True), (2, b"{}", False)])
     assert [bytes(chunk) for chunk in reader] == [b'{"a": 1}\n{}']
     assert not reader.keep(1)
+
+
+def _request_lines() -> list[bytes]:
+    """Request records with every combination of their optional fields, a request_step line
+    with and without ``delivered``, a step_stats line: compact JSON, one per line."""
+    rows: list[dict[str, object]] = []
+    for structured, reason, drop in itertools.product((None, True), (None, "stop"), (None, False)):
+        rec: dict[str, object] = {"record": "request", "step": 3, "request": "r", "event": "finish"}
+        for name, value in (("structured", structured), ("reason", reason)):
+            if value is not None:
+                rec[name] = value
+        if drop is not None:
+            rec["drop_stale_output"] = drop
+        rows.append(rec)
+    step = {
+        "record": "request_step", "step": 3, "request": "r", "proposed": 3, "padding": 0,
+        "grammar_valid": None, "scheduled": 3, "invalid": None, "verified": None,
+        "accepted": 1, "sampled": 2, "outcome": "applied",
+    }  # fmt: skip
+    rows += [step, {**step, "delivered": 2}]
+    rows.append(
+        {"record": "step_stats", "step": 3, "num_drafts": 1, "num_draft_tokens": 3,
+         "num_accepted_tokens": 1, "num_accepted_tokens_per_pos": [1, 0, 0]}
+    )  # fmt: skip
+    return [json.dumps(rec, separators=(",", ":")).encode() + b"\n" for rec in rows]
+
+
+def test_a_chunk_is_vouched_for_when_every_field_is_counted() -> None:
+    """`_keys_match` counts every field decoded (each optional one a record had), so a chunk
+    of distinct keys is vouched for whole; a key repeated in any one line is not (its colons
+    outnumber the fields). A field left out of the count would send such chunks line by line,
+    and could hide a repeated key elsewhere in the chunk."""
+    lines = _request_lines()
+    chunk = b"".join(lines)
+    assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
+    for i, line in enumerate(lines):
+        twice = line.replace(b'"step":', b'"step":1,"step":', 1)
+        bad = b"".join([*lines[:i], twice, *lines[i + 1 :]])
+        assert colread._keys_match(bad, colread._DECODER.decode_lines(bad)) is None, i
