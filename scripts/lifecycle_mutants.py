@@ -14,11 +14,10 @@ as equivalent: it changes no verdict, and is kept to say so.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-from scanner_mutants import run  # the same runner: rewrite, run the tests, report
+from scanner_mutants import run_all  # the same runner: rewrite, run the tests, report
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE = REPO / "engine_bridge" / "colseq.py"
@@ -60,25 +59,9 @@ EQUIVALENT = [
 
 
 def main() -> int:
-    status = subprocess.run(
-        ["git", "status", "--porcelain", str(MODULE)], cwd=REPO, capture_output=True, text=True
-    ).stdout
-    if status.strip():
-        print("colseq.py has changes: run this on a clean checkout", file=sys.stderr)
-        return 2
-    source = MODULE.read_text()
-    missed = []
-    try:
-        for name, old, new in MUTANTS:
-            if not run(name, old, new, source, MODULE, TESTS):
-                missed.append(name)
-        for name, old, new in EQUIVALENT:
-            print("equivalent:", end=" ")
-            run(name, old, new, source, MODULE, TESTS)
-    finally:
-        MODULE.write_text(source)
-    print(f"{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
-    return 1 if missed else 0
+    return run_all(
+        [(MODULE, *m, TESTS) for m in MUTANTS], [(MODULE, *m, TESTS) for m in EQUIVALENT]
+    )
 
 
 if __name__ == "__main__":

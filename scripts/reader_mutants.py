@@ -12,11 +12,10 @@ mutant: CAUGHT (the tests failed) or MISSED; exits 1 if any is missed.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-from scanner_mutants import run  # the same runner: rewrite, run the tests, report
+from scanner_mutants import run_all  # the same runner: rewrite, run the tests, report
 
 REPO = Path(__file__).resolve().parent.parent
 READER = REPO / "engine_bridge" / "colread.py"
@@ -53,24 +52,7 @@ MUTANTS = [
 
 
 def main() -> int:
-    modules = sorted({str(m[0]) for m in MUTANTS})
-    status = subprocess.run(
-        ["git", "status", "--porcelain", *modules], cwd=REPO, capture_output=True, text=True
-    ).stdout
-    if status.strip():
-        print("colread.py or columnar.py has changes: run on a clean checkout", file=sys.stderr)
-        return 2
-    sources = {module: module.read_text() for module in TESTS}
-    missed = []
-    try:
-        for module, name, old, new in MUTANTS:
-            if not run(name, old, new, sources[module], module, TESTS[module]):
-                missed.append(name)
-    finally:
-        for module, source in sources.items():
-            module.write_text(source)
-    print(f"{len(MUTANTS) - len(missed)} of {len(MUTANTS)} mutants caught")
-    return 1 if missed else 0
+    return run_all([(module, name, old, new, TESTS[module]) for module, name, old, new in MUTANTS])
 
 
 if __name__ == "__main__":

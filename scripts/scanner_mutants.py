@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,7 +108,7 @@ def run(
 ) -> bool:
     """Whether the tests (``tests``, else the module's in `TESTS`; test files separated by
     spaces) fail with ``old`` replaced by ``new`` in ``module`` (whose text is ``source``).
-    Also used by scripts/lifecycle_mutants.py and scripts/reader_mutants.py."""
+    Also used by `run_all`."""
     assert source.count(old) >= 1, f"{name}: {old!r} is not in {module.name}"
     module.write_text(source.replace(old, new, 1))
     proc = subprocess.run(
@@ -123,35 +124,50 @@ def run(
     return proc.returncode != 0
 
 
-def main() -> int:
+# A mutant for `run_all`: (module, name, text in the module, replacement, test files: "" for
+# the module's in `TESTS`)
+Mutant = tuple[Path, str, str, str, str]
+
+
+def run_all(mutants: Sequence[Mutant], equivalent: Sequence[Mutant] = ()) -> int:
+    """Each mutant through `run`, then the equivalent ones (reported, not counted); every
+    module put back afterwards, also on Ctrl-C. Refuses (2) modules with changes (run on a
+    clean checkout); else 1 if any mutant is missed. Also used by the other mutant scripts."""
+    modules = sorted({m[0] for m in [*mutants, *equivalent]})
     status = subprocess.run(
-        ["git", "status", "--porcelain", str(SCANNER), str(KEYS)],
+        ["git", "status", "--porcelain", *map(str, modules)],
         cwd=REPO, capture_output=True, text=True,
     ).stdout  # fmt: skip
     if status.strip():
-        print("a kernel module has changes: run this on a clean checkout", file=sys.stderr)
+        names = ", ".join(module.name for module in modules)
+        print(f"{names}: changes; run this on a clean checkout", file=sys.stderr)
         return 2
+    sources = {module: module.read_text() for module in modules}
+    missed = []
+    try:
+        for module, name, old, new, tests in mutants:
+            if not run(name, old, new, sources[module], module, tests):
+                missed.append(name)
+        for module, name, old, new, tests in equivalent:
+            print("equivalent:", end=" ")
+            run(name, old, new, sources[module], module, tests)
+    finally:
+        for module, source in sources.items():
+            module.write_text(source)
+    print(f"{len(mutants) - len(missed)} of {len(mutants)} mutants caught")
+    return 1 if missed else 0
+
+
+def main() -> int:
     wanted = sys.argv[1:]
-    chosen = [
-        (module, *m)
+    chosen: list[Mutant] = [
+        (module, *m, "")
         for module, mutants in ((SCANNER, MUTANTS), (KEYS, KEY_MUTANTS))
         for m in mutants
         if not wanted or any(a in m[0] for a in wanted)
     ]
-    sources = {module: module.read_text() for module in TESTS}
-    missed = []
-    try:
-        for module, name, old, new in chosen:
-            if not run(name, old, new, sources[module], module):
-                missed.append(name)
-        for name, old, new in EQUIVALENT if not wanted else []:
-            print("equivalent:", end=" ")
-            run(name, old, new, sources[SCANNER])
-    finally:
-        for module, source in sources.items():
-            module.write_text(source)
-    print(f"{len(chosen) - len(missed)} of {len(chosen)} mutants caught")
-    return 1 if missed else 0
+    equivalent: list[Mutant] = [] if wanted else [(SCANNER, *m, "") for m in EQUIVALENT]
+    return run_all(chosen, equivalent)
 
 
 if __name__ == "__main__":
