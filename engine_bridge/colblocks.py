@@ -444,7 +444,8 @@ if len(COUNT_FIELDS) != colkeys.COUNTS:  # the compiled keys read a row of that 
 
 def _column(value: Any, size: int) -> Ints:
     """A rule's result as an int64 column of ``size`` values: an array as it is, a scalar (a
-    literal that numpy broadcasts) repeated (``np.broadcast_to`` costs ~25 us a call)."""
+    literal that numpy broadcasts: the rule gave every row the same value) repeated
+    (``np.broadcast_to`` costs ~25 us a call)."""
     column = np.asarray(value, dtype=np.int64)
     return column if column.shape == (size,) else np.full(size, column, dtype=np.int64)
 
@@ -593,12 +594,12 @@ def fold_counters(
 def _total(column: Any, size: int, weights: Ints | None) -> int:
     """Σ of a fold's column over the blocks (the column may be a scalar: the rule gave the
     same value to every row)."""
-    array = np.broadcast_to(np.asarray(column, dtype=np.int64), (size,))
+    array = _column(column, size)
     return int(array.sum() if weights is None else array @ weights)
 
 
 def _histogram(length: Any, size: int, k: int, weights: Ints | None) -> list[int]:
     """How many blocks have each prefix length 0..k."""
-    array = np.broadcast_to(np.asarray(length, dtype=np.int64), (size,))
+    array = _column(length, size)
     counts = np.bincount(array, weights=weights, minlength=k + 1)
     return [int(v) for v in counts]
