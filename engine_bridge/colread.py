@@ -180,11 +180,11 @@ class ByteChunks:
         buffer, end = self._buffer, self._end
         at = end
         for _ in range(count):
-            if at == 0 or end - at > KEEP_BYTES:
+            if at == 0:
                 return False
             at = buffer.rfind(b"\n", 0, at - 1) + 1  # the start of the line ending at at - 1
-        if end - at > KEEP_BYTES:
-            return False
+            if end - at > KEEP_BYTES:
+                return False
         self._back = at
         return True
 

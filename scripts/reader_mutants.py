@@ -30,8 +30,7 @@ MUTANTS = [
     (READER, "lines given back count toward a line's limit",
      "if rest - whole > MAX_LINE_BYTES:", "if rest > MAX_LINE_BYTES:"),
     (READER, "no byte limit on the lines given back",
-     "        if end - at > KEEP_BYTES:\n            return False\n        self._back = at",
-     "        self._back = at"),
+     "            if end - at > KEEP_BYTES:\n                return False\n", ""),
     (READER, "lines given back not read again",
      "view[: filled - back] = buffer[back:filled]\n                rest, whole = filled - back,"
      " cut - back", "view[: filled - cut] = buffer[cut:filled]\n                rest, whole ="
