@@ -1,8 +1,10 @@
 """What the reference replay keeps beside the engine: the predicted step accounts, held
-lifecycle records, outcome claims, and the end-of-log comparison with a Prometheus scrape."""
+lifecycle records, outcome claims, and the end-of-log comparisons with the totals record
+and a Prometheus scrape."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,7 +12,7 @@ from spectally.reference.events import Event
 from spectally.reference.step import LegacyStepCounts
 
 from .records import BadInput, Record
-from .report import Divergence, rows
+from .report import LEGACY_FIELDS, Divergence, fmt, rows
 from .translate import Header
 
 
@@ -56,6 +58,36 @@ class StepAccount:
     def empty(self) -> bool:
         return self.num_drafts == 0 and self.num_draft_tokens == 0 and not any(self.per_pos)
 
+    def divergence(
+        self,
+        log_path: str,
+        line: int | None,
+        rec: Record | None,
+        actual: tuple[int, int, int, list[int]],
+        last_line: int,
+        describe: Callable[[str], str],
+    ) -> Divergence | None:
+        """The step's step_stats record (``rec`` at ``line``; None: the engine wrote none,
+        ``actual`` zeros) against this account; None when they agree. The report lists the
+        step's blocks, each request described by ``describe``; a missing record is reported
+        at the step's last block (``last_line`` if it had none)."""
+        expected = self.values()
+        if expected == actual:
+            return None
+        names = (*LEGACY_FIELDS, "num_accepted_tokens_per_pos")
+        table = [(n, e, a) for n, e, a in zip(names, expected, actual, strict=True)]
+        if line is None:
+            reason = "the engine reported no step_stats for this step, the reference counts"
+            where = self.blocks[-1][0] if self.blocks else last_line
+        else:
+            bad = [n for n, e, a in table if e != a]
+            reason = f"{', '.join(bad)} differ from the sum of legacy_step over the step's blocks"
+            where = line
+        state = [f"step {self.step} blocks (line: request -> legacy drafts/tokens/accepted):"]
+        for bline, rid, (nd, nt, na) in self.blocks:
+            state.append(f"  line {bline}: {rid!r} -> {nd}/{nt}/{na}; {describe(rid)}")
+        return Divergence(log_path, where, 1, "step_stats", self.step, reason, rec, table, state)
+
 
 @dataclass
 class Held:
@@ -74,6 +106,22 @@ class Claim:
     line: int
     outcome: str
     record: Record
+
+
+_BLOCK_REASONS = {
+    "scheduled": "scheduled slots differ from the reference's schedule of this block",
+    "invalid": "num_invalid_spec_tokens differs from the reference's count",
+    "accepted": "accepted is not max(sampled - 1, 0)",
+    "outcome": "the block's outcome differs from the reference's",
+}
+
+
+def block_mismatch(table: list[tuple[str, Any, Any]]) -> tuple[str, str] | None:
+    """The first of a request_step record's ``scheduled`` / ``invalid`` / ``accepted`` /
+    ``outcome`` (``table``: name, the reference's, the record's) that differs, with the
+    report's reason; None when all agree."""
+    bad = next((name for name, expected, actual in table if expected != actual), None)
+    return None if bad is None else (bad, _BLOCK_REASONS[bad])
 
 
 def metrics_divergence(
@@ -103,6 +151,34 @@ def metrics_divergence(
         None,
         table,
         [f"replayed log: {log_path}"],
+    )
+
+
+def totals_divergence(
+    log_path: str,
+    line: int,
+    rec: Record,
+    ref: tuple[Any, ...],
+    reported: tuple[Any, ...],
+) -> Divergence | None:
+    """The log's totals record (at ``line``) against the reference's vllm-legacy totals
+    ``ref`` (num_drafts, num_draft_tokens, num_accepted_tokens, per-position); the sum of the
+    step_stats records, ``reported`` (the same four), goes in the report's state. None when
+    they agree."""
+    actual = tuple(rec[f] for f in (*LEGACY_FIELDS, "num_accepted_tokens_per_pos"))
+    table = rows(ref, actual)
+    if all(e == a for _, e, a in table):
+        return None
+    return Divergence(
+        log_path,
+        line,
+        1,
+        "totals",
+        None,
+        f"the totals record ({rec['source']}) differs from the reference's vllm-legacy totals",
+        rec,
+        table,
+        [f"sum of step_stats records: {fmt(list(reported[:3]))} per_pos {fmt(reported[3])}"],
     )
 
 

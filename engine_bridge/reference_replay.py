@@ -38,15 +38,23 @@ from spectally.reference.step import (
     pipeline,
 )
 
-from .accounts import Claim, Held, StepAccount, StopReplay, event_text, metrics_divergence
+from .accounts import (
+    Claim,
+    Held,
+    StepAccount,
+    StopReplay,
+    block_mismatch,
+    event_text,
+    metrics_divergence,
+    totals_divergence,
+)
 from .profiles import check_profile, no_profile_reason, resolve
 from .records import BadInput, Record, exported_counters, parse_line
 from .report import (
-    LEGACY_FIELDS,
     Divergence,
     Tally,
     column,
-    fmt,
+    counter_lines,
     rows,
     shift_terms,
     stats_not_compared,
@@ -322,26 +330,15 @@ class Replayer:
             act_invalid = rec["invalid"] or 0
         else:
             exp_invalid = act_invalid = rec["invalid"] or 0
-        scheduled = rec["scheduled"]
-        if (
-            scheduled_slots != scheduled
-            or exp_invalid != act_invalid
-            or expected_accepted != accepted
-            or actual_outcome != outcome
-        ):
-            table = [
-                ("scheduled", scheduled_slots, scheduled),
-                ("invalid", exp_invalid, act_invalid),
-                ("accepted", expected_accepted, accepted),
-                ("outcome", actual_outcome, outcome),
-            ]
-            bad = next(n for n, e, a in table if e != a)
-            reason = {
-                "scheduled": "scheduled slots differ from the reference's schedule of this block",
-                "invalid": "num_invalid_spec_tokens differs from the reference's count",
-                "accepted": "accepted is not max(sampled - 1, 0)",
-                "outcome": "the block's outcome differs from the reference's",
-            }[bad]
+        table = [
+            ("scheduled", scheduled_slots, rec["scheduled"]),
+            ("invalid", exp_invalid, act_invalid),
+            ("accepted", expected_accepted, accepted),
+            ("outcome", actual_outcome, outcome),
+        ]
+        mismatch = block_mismatch(table)
+        if mismatch is not None:
+            bad, reason = mismatch
             self.account.tainted = f"line {line} diverged"
             self._diverge(
                 line, column(rec, bad), "request_step", step, reason, rec, table, self._state(rid)
@@ -401,22 +398,9 @@ class Replayer:
             self.notes.append(f"step {account.step}: step_stats not compared ({account.tainted})")
             return
         self.tally.checked += 1
-        expected = account.values()
-        if expected == actual:
-            return
-        names = (*LEGACY_FIELDS, "num_accepted_tokens_per_pos")
-        table = [(n, e, a) for n, e, a in zip(names, expected, actual, strict=True)]
-        if line is None:
-            reason = "the engine reported no step_stats for this step, the reference counts"
-            where = account.blocks[-1][0] if account.blocks else self.line
-        else:
-            bad = [n for n, e, a in table if e != a]
-            reason = f"{', '.join(bad)} differ from the sum of legacy_step over the step's blocks"
-            where = line
-        state = [f"step {account.step} blocks (line: request -> legacy drafts/tokens/accepted):"]
-        for bline, rid, (nd, nt, na) in account.blocks:
-            state.append(f"  line {bline}: {rid!r} -> {nd}/{nt}/{na}; {self._describe(rid)}")
-        self._diverge(where, 1, "step_stats", account.step, reason, rec, table, state)
+        divergence = account.divergence(self.path, line, rec, actual, self.line, self._describe)
+        if divergence is not None:
+            self._add(divergence)
 
     # -- engine ----------------------------------------------------------------------------------
 
@@ -531,10 +515,11 @@ class Replayer:
         state: list[str],
         path: str | None = None,
     ) -> None:
+        self._add(Divergence(path or self.path, line, col, kind, step, reason, rec, table, state))
+
+    def _add(self, divergence: Divergence) -> None:
         self.tally.failed += 1
-        self.divergences.append(
-            Divergence(path or self.path, line, col, kind, step, reason, rec, table, state)
-        )
+        self.divergences.append(divergence)
         if len(self.divergences) >= self.max_divergences:
             raise StopReplay
 
@@ -553,16 +538,7 @@ class Replayer:
     def _counters(self, rid: str | None) -> list[str]:
         assert self.engine is not None
         state = self.engine.requests.get(rid) if rid is not None else None
-        if state is None:
-            return []
-        c = state.counters
-        r, lg = c.rfc, c.legacy
-        return [
-            f"rfc: drafted {r.drafted} verified {r.verified} accepted {r.accepted}"
-            f" spec_steps {r.spec_steps}",
-            f"vllm-legacy: num_drafts {lg.num_drafts} num_draft_tokens {lg.num_draft_tokens}"
-            f" num_accepted_tokens {lg.num_accepted_tokens}",
-        ]
+        return [] if state is None else counter_lines(state.counters)
 
     def _per_pos_length(self, line: int, rec: Record) -> None:
         n = len(rec["num_accepted_tokens_per_pos"])
@@ -603,23 +579,10 @@ class Replayer:
         if self.totals_record is not None:
             line, rec = self.totals_record
             self.tally.checked += 1
-            actual = tuple(rec[f] for f in (*LEGACY_FIELDS, "num_accepted_tokens_per_pos"))
-            table = rows(ref, actual)
-            if any(e != a for _, e, a in table):
-                self._diverge(
-                    line,
-                    1,
-                    "totals",
-                    None,
-                    f"the totals record ({rec['source']}) differs from the reference's"
-                    " vllm-legacy totals",
-                    rec,
-                    table,
-                    [
-                        f"sum of step_stats records: {fmt(list(self.reported_sum))}"
-                        f" per_pos {fmt(self.reported_pos)}"
-                    ],
-                )
+            reported = (*self.reported_sum, self.reported_pos)
+            divergence = totals_divergence(self.path, line, rec, ref, reported)
+            if divergence is not None:
+                self._add(divergence)
         if self.metrics_path is not None:
             self._check_metrics(ref)
 

@@ -250,6 +250,17 @@ class Tally:
     open_requests: int | None = None
 
 
+def counter_lines(counters: Counters) -> list[str]:
+    """A request's counters under both profiles, for a divergence's state."""
+    r, lg = counters.rfc, counters.legacy
+    return [
+        f"rfc: drafted {r.drafted} verified {r.verified} accepted {r.accepted}"
+        f" spec_steps {r.spec_steps}",
+        f"vllm-legacy: num_drafts {lg.num_drafts} num_draft_tokens {lg.num_draft_tokens}"
+        f" num_accepted_tokens {lg.num_accepted_tokens}",
+    ]
+
+
 def stats_not_compared(step: int) -> str:
     """The note for the last step of a log cut before its totals record whose blocks count
     something but whose step_stats never came (both checkers write it)."""

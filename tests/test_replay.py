@@ -217,6 +217,28 @@ def test_divergence_report_shows_counters_and_state(tmp_path: Path) -> None:
     assert "line 4: 'a' -> 1/4/2; unstructured, active; no open block" in text
 
 
+def test_a_step_without_step_stats_is_reported_at_its_last_block(tmp_path: Path) -> None:
+    """The engine wrote no step_stats for a step whose blocks the reference counts: the
+    divergence names the step's last block (where the record should have followed) and
+    lists both blocks."""
+    records = [
+        header(),
+        add("a"),
+        add("b"),
+        block(1, "a", sampled=2, accepted=1),
+        block(1, "b"),
+        block(2, "a"),
+        stats(2, 1, 4, 0, [0, 0, 0, 0]),
+    ]
+    result = replay_file(str(write(tmp_path, records)), progress=False)
+    d = result.divergences[0]
+    assert (d.line, d.kind, d.step) == (5, "step_stats", 1)
+    assert d.reason.startswith("the engine reported no step_stats for this step")
+    assert ("num_drafts", 2, 0) in d.rows
+    text = d.render()
+    assert "line 4: 'a' -> 1/4/1;" in text and "line 5: 'b' -> 1/4/0;" in text
+
+
 def _prometheus(values: dict[str, float], per_pos: list[int], engine: str = "0") -> str:
     registry = CollectorRegistry()
     labels = {"model_name": "m", "engine": engine}
