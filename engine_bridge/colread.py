@@ -274,14 +274,22 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     equal the fields decoded (header and totals lines aside), every line has exactly one key
     per field decoded. (Counting fewer fields than were decoded only sends the chunk to the
     line-by-line check.) Returns the lines' kinds, or None when the chunk must be checked line
-    by line. Without whitespace and empty lines, decoded records and lines correspond."""
+    by line. Decoded records and lines correspond when their counts are equal and no line is
+    blank (below)."""
     if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
         return None
     n = len(records)
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)
-    if n != len(ends) + (not chunk.endswith(b"\n")):
+    lines = len(ends) + (not chunk.endswith(b"\n"))
+    if n != lines:
         return None  # an empty line, which decode_lines skips
+    # decode_lines also reads two values from one line ({...}{...}) and none from a blank
+    # one, so equal counts prove nothing while a line may be blank: every line must hold a
+    # "{" (a line the decoder reads holds one, a blank line none).
+    braces = np.bincount(np.searchsorted(ends, np.flatnonzero(data == 123)), minlength=lines)
+    if not braces[:lines].all():
+        return None
     if len(chunk) > MAX_LINE_BYTES and np.diff(ends, prepend=-1, append=len(chunk)).max() > (
         MAX_LINE_BYTES + 1
     ):

@@ -213,10 +213,12 @@ def _tamper(rng: random.Random, lines: list[bytes]) -> list[bytes]:
 
 
 def _corrupt(rng: random.Random, lines: list[bytes]) -> list[bytes]:
-    """One line broken: a byte changed, the line cut, duplicated, swapped or dropped."""
+    """One line broken: a byte changed, the line cut, duplicated, swapped or dropped, or
+    joined to the next with a blank line after them (as many lines, one holding two records:
+    msgspec's decode_lines would read them as two lines)."""
     out = list(lines)
     i = rng.randrange(1, len(out))
-    how = rng.randrange(6)
+    how = rng.randrange(7)
     if how == 0:
         raw = bytearray(out[i])
         raw[rng.randrange(len(raw) - 1)] = rng.randrange(256)
@@ -229,7 +231,10 @@ def _corrupt(rng: random.Random, lines: list[bytes]) -> list[bytes]:
         out[i], out[i + 1] = out[i + 1], out[i]
     elif how == 4:
         del out[i]
-    else:
+    elif how == 5 and i + 1 < len(out):
+        out[i : i + 2] = [out[i][:-1] + out[i + 1], rng.choice((b"\n", b" \n"))]
+    elif how == 5:
+        out[i] = b"\n"
         out = out[:i]  # cut at a record boundary: an incomplete log
     return out
 
@@ -290,6 +295,32 @@ def test_generated_logs(
     if change == "none":
         assert fast.status == "agree"
         assert columnar_agrees(path)
+
+
+@pytest.mark.parametrize("blank", [b"\n", b" \n"])
+@pytest.mark.parametrize("spaced", [False, True])
+def test_two_records_on_one_line_are_bad_input_on_both_paths(
+    tmp_path: Path, spaced: bool, blank: bytes
+) -> None:
+    """Two request_step records on one line, and a blank line after it: as many lines as
+    records, which msgspec's decode_lines reads as if the records were on lines of their
+    own. The reference refuses the line (extra data); so must the columnar path, in a
+    compact log (the joined line left to the typed decoder by the scanner) and in a spaced
+    one (every line decoded by it)."""
+    lines = _base()
+    if spaced:
+        lines = [(json.dumps(json.loads(line)) + "\n").encode() for line in lines]
+    i = next(
+        i
+        for i in range(5, len(lines) - 1)
+        if b"request_step" in lines[i] and b"request_step" in lines[i + 1]
+    )
+    lines[i : i + 2] = [lines[i][:-1] + lines[i + 1], blank]
+    path = tmp_path / "log.ndjson"
+    path.write_bytes(b"".join(lines))
+    fast, _ = same(path)
+    assert fast.status == "bad_input"
+    assert f":{i + 1}:" in render_summary(fast)
 
 
 def test_lines_argument_and_stdin(tmp_path: Path) -> None:
