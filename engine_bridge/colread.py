@@ -47,6 +47,7 @@ from .source import close_stream, open_binary
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
+Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 RequestId = Annotated[str, msgspec.Meta(min_length=1)]
@@ -269,15 +270,13 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
 def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
 
-    In a line without JSON whitespace every key is followed by ``:``, so a line has at least
-    as many colons as keys, and at least as many keys as fields decoded; if the chunk's colons
-    equal the fields decoded (header and totals lines aside), every line has exactly one key
-    per field decoded. (Counting fewer fields than were decoded only sends the chunk to the
-    line-by-line check.) Returns the lines' kinds, or None when the chunk must be checked line
-    by line. Decoded records and lines correspond when their counts are equal and no line is
-    blank (below)."""
-    if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
-        return None
+    Every key is followed by ``:`` (after JSON whitespace, if any), so a line has at least as
+    many key colons (`_key_colons`; without whitespace, simply colons) as keys, and at least
+    as many keys as fields decoded; if the chunk's key colons equal the fields decoded (header
+    and totals lines aside), every line has exactly one key per field decoded. (Counting
+    fewer fields than were decoded only sends the chunk to the line-by-line check.) Returns
+    the lines' kinds, or None when the chunk must be checked line by line. Decoded records
+    and lines correspond when their counts are equal and no line is blank (below)."""
     n = len(records)
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)
@@ -314,7 +313,32 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
         fields += len(steps) - list(map(_DELIVERED, steps)).count(msgspec.UNSET)
     start = chunk.find(b"\n") + 1 if head else 0
     end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
-    return kinds if int(np.count_nonzero(data[start:end] == 58)) == fields else None  # ":"
+    body = data[start:end]
+    if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
+        colons = len(_key_colons(body))  # (a log written with ", " and ": " separators)
+    else:
+        colons = int(np.count_nonzero(body == 58))  # ":"; the same bound, in one pass
+    return kinds if colons == fields else None
+
+
+def _key_colons(data: Bytes) -> np.ndarray[Any, np.dtype[np.intp]]:
+    """The positions of the colons that may end a key: those whose previous byte other than
+    JSON whitespace (space, tab, carriage return) is ``"``. A key is a string followed by
+    ``:`` after optional whitespace, so a line has at least one such colon per key; a colon
+    inside a string value may add more, which only sends the line to the reference decoder.
+    (The colons first, then the bytes before them, a byte a round for those after
+    whitespace: one mask the chunk's size, no more.)"""
+    colon = np.flatnonzero(data == 58)
+    colon = colon[colon > 0]
+    at = colon - 1
+    found = []
+    while len(at):
+        byte = data[at]
+        found.append(colon[byte == 34])
+        blank = (byte == 32) | (byte == 9) | (byte == 13)
+        colon, at = colon[blank], at[blank] - 1
+        colon, at = colon[at >= 0], at[at >= 0]
+    return np.concatenate(found) if found else colon
 
 
 def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:
@@ -369,19 +393,14 @@ def _decode_lines_one_by_one(path: str, first_line: int, chunk: bytes, n: int) -
 
 
 def _key_marks(chunk: bytes, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """Per line, the count of ``":`` in it, or -2 when the line holds JSON whitespace (the
-    count then proves nothing: ``"key" :`` is legal JSON)."""
+    """Per line, the count of its colons that may end a key (`_key_colons`): at least its
+    keys."""
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)[:n]
     if len(ends) < n:  # the last line has no newline
         ends = np.append(ends, len(data))
-    colon = np.flatnonzero((data[:-1] == 34) & (data[1:] == 58))
-    counts = np.bincount(np.searchsorted(ends, colon), minlength=n + 1)[:n].astype(np.int64)
-    space = np.flatnonzero((data == 32) | (data == 9) | (data == 13))
-    if len(space):
-        where = np.searchsorted(ends, space)
-        counts[where[where < n]] = -2
-    return counts
+    colon = _key_colons(data)
+    return np.bincount(np.searchsorted(ends, colon), minlength=n + 1)[:n].astype(np.int64)
 
 
 _KINDS: dict[str, type] = {"request_step": RequestStep, "request": Request, "step_stats": StepStats}

@@ -137,6 +137,24 @@ def _spaced(line: bytes) -> bytes:
     return json.dumps(json.loads(line)).encode() + b"\n"
 
 
+def test_a_spaced_chunk_is_vouched_for_unless_a_key_is_repeated() -> None:
+    """A log written with ", " and ": " separators is vouched for whole, as a compact one is
+    (its key colons counted past the whitespace: `_key_colons`); a key repeated in any line,
+    written with whitespace before its colon or not, is not, and `_key_marks` counts it."""
+    lines = [_spaced(line) for line in _request_lines()]
+    chunk = b"".join(lines)
+    assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
+    fields = [len(json.loads(line)) for line in lines]
+    assert colread._key_marks(chunk, len(lines)).tolist() == fields
+    for i, line in enumerate(lines):
+        for twice in (b'"step": 1, "step":', b'"step" : 1, "step":', b'"step":1,"step"\t \r:'):
+            bad_line = line.replace(b'"step":', twice, 1)
+            bad = b"".join([*lines[:i], bad_line, *lines[i + 1 :]])
+            assert colread._keys_match(bad, colread._DECODER.decode_lines(bad)) is None, i
+            marks = colread._key_marks(bad, len(lines)).tolist()
+            assert marks[i] == fields[i] + 1 and marks[:i] == fields[:i], (i, twice)
+
+
 def test_two_records_on_a_line_and_a_blank_line_are_not_vouched_for() -> None:
     """msgspec's decode_lines reads two values from one line and none from a blank line, so
     the record count matches the line count though the records are shifted: the chunk must

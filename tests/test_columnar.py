@@ -239,6 +239,18 @@ def _corrupt(rng: random.Random, lines: list[bytes]) -> list[bytes]:
     return out
 
 
+def _spaced(rng: random.Random, lines: list[bytes], repeated: bool) -> list[bytes]:
+    """Every line as json.dumps writes it by default (", " and ": "; the scanner reads none of
+    them); if ``repeated``, the step key twice in one line, maybe with whitespace before a
+    colon (bad input for the reference)."""
+    out = [(json.dumps(json.loads(line)) + "\n").encode() for line in lines]
+    if repeated:
+        i = rng.choice([i for i, line in enumerate(out) if b'"step":' in line])
+        twice = rng.choice((b'"step": 0, "step":', b'"step" :0, "step":', b'"step":\t0,"step" :'))
+        out[i] = out[i].replace(b'"step":', twice, 1)
+    return out
+
+
 def _preempt(rng: random.Random, lines: list[bytes]) -> list[bytes]:
     """A preemption of a running request, with its in-flight block's record as vLLM writes it
     (stale in async, a dropped proposal in sync) or alone."""
@@ -259,7 +271,7 @@ def _preempt(rng: random.Random, lines: list[bytes]) -> list[bytes]:
     mode=st.sampled_from(["sync", "async"]),
     varied=st.booleans(),
     av=st.booleans(),
-    change=st.sampled_from(["none", "tamper", "corrupt", "preempt"]),
+    change=st.sampled_from(["none", "tamper", "corrupt", "preempt", "spaced"]),
 )
 def test_generated_logs(
     tmp_path_factory: pytest.TempPathFactory,
@@ -270,6 +282,7 @@ def test_generated_logs(
     change: str,
 ) -> None:
     rng = random.Random(seed)
+    repeated = False
     if varied:
         gen = synth_varied.lines(
             rng.randrange(150, 500),
@@ -289,10 +302,15 @@ def test_generated_logs(
         lines = _corrupt(rng, lines)
     elif change == "preempt":
         lines = _preempt(rng, lines)
+    elif change == "spaced":
+        repeated = rng.random() < 0.5
+        lines = _spaced(rng, lines, repeated)
     path = tmp_path_factory.mktemp("gen") / "log.ndjson.gz"
     path.write_bytes(gzip.compress(b"".join(lines)))
     fast, _ = same(path)
-    if change == "none":
+    if change == "spaced" and repeated:
+        assert fast.status == "bad_input"
+    elif change in ("none", "spaced"):
         assert fast.status == "agree"
         assert columnar_agrees(path)
 
