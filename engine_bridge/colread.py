@@ -48,6 +48,7 @@ CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chun
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
+Positions = np.ndarray[Any, np.dtype[np.intp]]
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 RequestId = Annotated[str, msgspec.Meta(min_length=1)]
@@ -315,30 +316,40 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
     body = data[start:end]
     if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
-        colons = len(_key_colons(body))  # (a log written with ", " and ": " separators)
+        colons, doubtful = _key_colons(body)  # (a log written with ", " and ": " separators)
+        if len(doubtful):
+            return None
     else:
-        colons = int(np.count_nonzero(body == 58))  # ":"; the same bound, in one pass
-    return kinds if colons == fields else None
+        colons = np.flatnonzero(body == 58)  # ":"; the same bound, in one pass
+    return kinds if len(colons) == fields else None
 
 
-def _key_colons(data: Bytes) -> np.ndarray[Any, np.dtype[np.intp]]:
+# Whitespace bytes `_key_colons` steps back over before a colon; a longer run sends the line
+# to the reference decoder (a bounded number of passes whatever the line).
+KEY_GAP = 32
+
+
+def _key_colons(data: Bytes) -> tuple[Positions, Positions]:
     """The positions of the colons that may end a key: those whose previous byte other than
     JSON whitespace (space, tab, carriage return) is ``"``. A key is a string followed by
     ``:`` after optional whitespace, so a line has at least one such colon per key; a colon
     inside a string value may add more, which only sends the line to the reference decoder.
-    (The colons first, then the bytes before them, a byte a round for those after
-    whitespace: one mask the chunk's size, no more.)"""
+    Second, the colons after more than `KEY_GAP` whitespace bytes, left undecided (their
+    lines' counts prove nothing). The colons first, then the bytes before them, one byte a
+    round for those after whitespace: one mask the chunk's size, no more."""
     colon = np.flatnonzero(data == 58)
     colon = colon[colon > 0]
     at = colon - 1
     found = []
-    while len(at):
+    for _ in range(KEY_GAP + 1):
         byte = data[at]
         found.append(colon[byte == 34])
         blank = (byte == 32) | (byte == 9) | (byte == 13)
         colon, at = colon[blank], at[blank] - 1
         colon, at = colon[at >= 0], at[at >= 0]
-    return np.concatenate(found) if found else colon
+        if not len(at):
+            break
+    return np.concatenate(found), colon
 
 
 def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:
@@ -394,13 +405,16 @@ def _decode_lines_one_by_one(path: str, first_line: int, chunk: bytes, n: int) -
 
 def _key_marks(chunk: bytes, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
     """Per line, the count of its colons that may end a key (`_key_colons`): at least its
-    keys."""
+    keys; -2 for a line with a colon left undecided."""
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)[:n]
     if len(ends) < n:  # the last line has no newline
         ends = np.append(ends, len(data))
-    colon = _key_colons(data)
-    return np.bincount(np.searchsorted(ends, colon), minlength=n + 1)[:n].astype(np.int64)
+    colon, doubtful = _key_colons(data)
+    counts = np.bincount(np.searchsorted(ends, colon), minlength=n + 1)[:n].astype(np.int64)
+    where = np.searchsorted(ends, doubtful)
+    counts[where[where < n]] = -2
+    return counts
 
 
 _KINDS: dict[str, type] = {"request_step": RequestStep, "request": Request, "step_stats": StepStats}
