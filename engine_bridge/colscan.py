@@ -9,6 +9,11 @@ Both writers of step logs in this project (the recorder, ``vllm/steplog.py``: ``
      "outcome":"O"}                      (one line, no whitespace; ``,"delivered":N`` may
                                           come before the closing brace)
 
+The scanner also reads the same skeleton with json.dumps' default separators (``", "`` and
+``": "``, one space after every comma and colon of the skeleton), what any Python writer that
+does not ask for compact output writes; a line's prefix decides its style, and the rest of
+the line must keep it.
+
 `scan` walks a chunk of whole lines once, byte by byte, in a loop that numba compiles to
 machine code (`_scan_lines`), recognises such lines by their exact byte skeleton and reads
 their values. Every other line (other record kinds, other key orders, whitespace, escapes,
@@ -16,7 +21,9 @@ their values. Every other line (other record kinds, other key orders, whitespace
 it takes: a line is taken only if msgspec's typed decoder and the reference decoder
 (`records.parse_line`) both accept it with the same values:
 
-* the keys exactly as above, in that order, each once, no whitespace anywhere;
+* the keys exactly as above, in that order, each once, no whitespace anywhere (or, in the
+  second style, exactly one space after each comma and colon of the skeleton, none
+  elsewhere);
 * integers in JSON's grammar: digits only (no sign, fraction, exponent), no leading zero,
   at most 18 digits (so below 2**63 - 1, the limit of both decoders; longer ones are left
   to them), ``null`` only in the nullable fields (grammar_valid, invalid, verified,
@@ -114,9 +121,10 @@ def _literal(text: bytes) -> tuple[Words, Words, int]:
     return words, masks, len(text)
 
 
-def _table(texts: list[bytes]) -> tuple[Words, Words, Ints]:
-    """Several literals as rows of one table (numba reads module-level arrays as constants)."""
-    width = max(-(-len(t) // 8) for t in texts)
+def _table(texts: list[bytes], width: int = 0) -> tuple[Words, Words, Ints]:
+    """Several literals as rows of one table (numba reads module-level arrays as constants),
+    at least ``width`` words wide."""
+    width = max(width, *(-(-len(t) // 8) for t in texts))
     words = np.zeros((len(texts), width), dtype=np.uint64)
     masks = np.zeros((len(texts), width), dtype=np.uint64)
     for row, text in enumerate(texts):
@@ -126,26 +134,39 @@ def _table(texts: list[bytes]) -> tuple[Words, Words, Ints]:
     return words, masks, np.array([len(t) for t in texts], dtype=np.int64)
 
 
-_PREFIX_W, _PREFIX_M, _PREFIX_N = _literal(b'{"record":"request_step","step":')
-_REQUEST_W, _REQUEST_M, _REQUEST_N = _literal(b',"request":"')
+def _spaced(compact: bytes) -> bytes:
+    return compact.replace(b",", b", ").replace(b":", b": ")
+
+
+def _styled(compact: bytes) -> tuple[Words, Words, Ints]:
+    """A literal of the skeleton in both styles, one row each (0: compact, 1: spaced)."""
+    return _table([compact, _spaced(compact)])
+
+
+# The skeleton's literals, each in the two styles a line may take: 0 the compact one, 1
+# json.dumps' default separators (", " and ": "). The prefix decides a line's style.
+_PREFIX_W, _PREFIX_M, _PREFIX_N = _styled(b'{"record":"request_step","step":')
+_REQUEST_W, _REQUEST_M, _REQUEST_N = _styled(b',"request":"')
 # The keys after the id (the first one closes the id's quote), as the writers order them,
-# and whether each value may be null.
-_KEY_W, _KEY_M, _KEY_N = _table(
-    [
-        b'","proposed":',
-        b',"padding":',
-        b',"grammar_valid":',
-        b',"scheduled":',
-        b',"invalid":',
-        b',"verified":',
-        b',"sampled":',
-        b',"accepted":',
-    ]
-)
+# and whether each value may be null; one table per style.
+_KEYS = [
+    b'","proposed":',
+    b',"padding":',
+    b',"grammar_valid":',
+    b',"scheduled":',
+    b',"invalid":',
+    b',"verified":',
+    b',"sampled":',
+    b',"accepted":',
+]
+_SPACED_KEYS = [_spaced(key) for key in _KEYS]
+_KEY_WIDTH = max(-(-len(key) // 8) for key in _SPACED_KEYS)
+_STYLES = [_table(keys, _KEY_WIDTH) for keys in (_KEYS, _SPACED_KEYS)]
+_KEY_W, _KEY_M, _KEY_N = (np.stack(parts) for parts in zip(*_STYLES, strict=True))
 _NULLABLE = np.array([0, 0, 1, 0, 1, 1, 0, 0], dtype=np.int64)
-_OUTCOME_W, _OUTCOME_M, _OUTCOME_N = _literal(b',"outcome":"')
+_OUTCOME_W, _OUTCOME_M, _OUTCOME_N = _styled(b',"outcome":"')
 _WORD_W, _WORD_M, _WORD_N = _table([word.encode() + b'"' for word in OUTCOMES])
-_DELIVERED_W, _DELIVERED_M, _DELIVERED_N = _literal(b',"delivered":')
+_DELIVERED_W, _DELIVERED_M, _DELIVERED_N = _styled(b',"delivered":')
 _NULL_WORD = int.from_bytes(b"null", "little")
 _NEWLINE, _QUOTE, _BACKSLASH, _CLOSE = 0x0A, 0x22, 0x5C, 0x7D
 
@@ -247,9 +268,13 @@ def _scan_lines(
     while pos < end and line < len(starts):
         start = pos
         row = values[line]
-        at = _match(data, end, start, _PREFIX_W, _PREFIX_M, _PREFIX_N)
+        style = 0  # the compact skeleton, else json.dumps' default separators
+        at = _match(data, end, start, _PREFIX_W[0], _PREFIX_M[0], _PREFIX_N[0])
+        if at < 0:
+            style = 1
+            at = _match(data, end, start, _PREFIX_W[1], _PREFIX_M[1], _PREFIX_N[1])
         at = _integer(data, end, at, False, row, 0)
-        at = _match(data, end, at, _REQUEST_W, _REQUEST_M, _REQUEST_N)
+        at = _match(data, end, at, _REQUEST_W[style], _REQUEST_M[style], _REQUEST_N[style])
         id_at = at
         digest = np.uint64(_HASH_START)
         if at >= 0:  # the id: id characters up to the closing quote
@@ -262,10 +287,11 @@ def _scan_lines(
             if at >= end or data[at] != _QUOTE or at == id_at or at - id_at > MAX_ID_BYTES:
                 at = -1
         id_size = at - id_at
-        for key in range(len(_KEY_N)):
-            at = _match(data, end, at, _KEY_W[key], _KEY_M[key], _KEY_N[key])
+        for key in range(len(_NULLABLE)):
+            words, masks, size = _KEY_W[style, key], _KEY_M[style, key], _KEY_N[style, key]
+            at = _match(data, end, at, words, masks, size)
             at = _integer(data, end, at, _NULLABLE[key] != 0, row, key + 1)
-        at = _match(data, end, at, _OUTCOME_W, _OUTCOME_M, _OUTCOME_N)
+        at = _match(data, end, at, _OUTCOME_W[style], _OUTCOME_M[style], _OUTCOME_N[style])
         code = after = -1
         if at >= 0:
             for word in range(len(_WORD_N)):
@@ -276,7 +302,9 @@ def _scan_lines(
             at = after
         row[9] = ABSENT
         if at >= 0 and at < end and data[at] != _CLOSE:
-            at = _match(data, end, at, _DELIVERED_W, _DELIVERED_M, _DELIVERED_N)
+            at = _match(
+                data, end, at, _DELIVERED_W[style], _DELIVERED_M[style], _DELIVERED_N[style]
+            )
             at = _integer(data, end, at, True, row, 9)
         if (
             at >= 0

@@ -66,8 +66,8 @@ MUTANTS = [
     ("id read one byte late", "first[distinct, 0] = id_at", "first[distinct, 0] = id_at + 1"),
     (
         "one key not compared",
-        "at = _match(data, end, at, _KEY_W[key], _KEY_M[key], _KEY_N[key])",
-        "at = at + _KEY_N[key] if at >= 0 else -1",
+        "at = _match(data, end, at, words, masks, size)",
+        "at = at + size if at >= 0 else -1",
     ),
     (
         "outcome word not compared",
@@ -75,6 +75,18 @@ MUTANTS = [
         "after = at + _WORD_N[word]",
     ),
     ("declined row not cleared", "row[:] = 0\n", "pass\n"),
+    # json.dumps' default separators, the second style
+    (
+        "spaced style never tried",
+        "        if at < 0:\n            style = 1\n",
+        "        if False:\n            style = 1\n",
+    ),
+    (
+        "spaced delivered read compact",
+        "_DELIVERED_W[style], _DELIVERED_M[style], _DELIVERED_N[style]",
+        "_DELIVERED_W[0], _DELIVERED_M[0], _DELIVERED_N[0]",
+    ),
+    ("spaced key sizes compact", "_KEY_N[style, key]", "_KEY_N[0, key]"),
 ]
 # (name, text in colkeys.py, replacement)
 KEY_MUTANTS = [

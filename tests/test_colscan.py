@@ -1,7 +1,8 @@
 """The byte scanner (engine_bridge/colscan.py) takes a line only where the typed decoder and
 the reference decoder both accept it, with their values.
 
-Lines are canonical ``request_step`` lines (as steplog.py and the generators write them) and
+Lines are canonical ``request_step`` lines (as steplog.py and the generators write them, or
+json.dumps with its default separators) and
 near-canonical ones: one mutation of each class below, or one byte replaced, deleted or
 inserted anywhere. For each, the scanner either declines the line or yields exactly what
 msgspec's typed decoder (colread) and `records.parse_line` yield; a canonical line within
@@ -48,9 +49,10 @@ SMALL = st.integers(0, 10**18 - 1)  # what the scanner reads itself
 COUNT = st.one_of(st.integers(0, 12), st.integers(0, 10**9), SMALL)
 
 
-def dumps(rec: dict[str, Any]) -> bytes:
-    """The writers' form (steplog.py, synth.py): compact separators, ASCII."""
-    return json.dumps(rec, separators=(",", ":")).encode()
+def dumps(rec: dict[str, Any], spaced: bool = False) -> bytes:
+    """The writers' form (steplog.py, synth.py): compact separators, ASCII; ``spaced``:
+    json.dumps' default separators (", " and ": "), the scanner's other style."""
+    return json.dumps(rec, separators=(", ", ": ") if spaced else (",", ":")).encode()
 
 
 @st.composite
@@ -123,9 +125,11 @@ def check(line: bytes) -> tuple[list[int], str, str] | None:
 # -- canonical lines ----------------------------------------------------------------------------
 
 
-@given(canonical())
-def test_canonical_lines_are_taken_with_the_decoders_values(rec: dict[str, Any]) -> None:
-    line = dumps(rec)
+@given(canonical(), st.booleans())
+def test_canonical_lines_are_taken_with_the_decoders_values(
+    rec: dict[str, Any], spaced: bool
+) -> None:
+    line = dumps(rec, spaced)
     got = check(line)
     within = (
         all(v is None or type(v) is str or v < 10**18 for v in rec.values())
@@ -165,6 +169,7 @@ def test_integer_length_limit(digits: int) -> None:
 
 def _replace_value(text: str, name: str, raw: str) -> str:
     rec_start = text.index(f'"{name}":') + len(name) + 3
+    rec_start += text[rec_start] == " "  # json.dumps' default separator
     end = rec_start
     if text[end] == '"':
         end = text.index('"', end + 1) + 1
@@ -180,7 +185,9 @@ INT_FIELDS = [name for name in ORDER if name not in ("record", "request", "outco
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
     rec = draw(canonical())
-    text = dumps(rec).decode()
+    spaced = draw(st.booleans())
+    text = dumps(rec, spaced).decode()
+    comma = 2 if spaced else 1  # back from a key's quote to the comma before it
     keys = list(rec)
     kind = draw(
         st.sampled_from(
@@ -210,7 +217,7 @@ def mutated(draw: st.DrawFn) -> bytes:
     elif kind == "swap":
         i = draw(st.integers(0, len(keys) - 2))
         keys[i], keys[i + 1] = keys[i + 1], keys[i]
-        text = dumps({k: rec[k] for k in keys}).decode()
+        text = dumps({k: rec[k] for k in keys}, spaced).decode()
     elif kind == "leading_zero" and name in rec and rec[name] is not None:
         text = _replace_value(text, name, "0" + str(rec[name]))
     elif kind == "long":
@@ -238,16 +245,16 @@ def mutated(draw: st.DrawFn) -> bytes:
         text = _replace_value(text, "outcome", f'"{word}"')
     elif kind == "missing":
         del rec[draw(st.sampled_from(keys))]
-        text = dumps(rec).decode()
+        text = dumps(rec, spaced).decode()
     elif kind == "extra":
         extra = draw(st.sampled_from([',"meta":{}', ',"foo":1', ',"delivered":1', ',"":0']))
-        at = draw(st.sampled_from([len(text) - 1, text.index(',"outcome"')]))
+        at = draw(st.sampled_from([len(text) - 1, text.index('"outcome"') - comma]))
         text = text[:at] + extra + text[at:]
     elif kind == "duplicate":
         key = draw(st.sampled_from(keys))
         value = rec[key] if draw(st.booleans()) else draw(st.sampled_from([0, 7, "r"]))
         part = f",{json.dumps(key)}:{json.dumps(value)}"
-        at = draw(st.sampled_from([len(text) - 1, text.index(',"proposed"')]))
+        at = draw(st.sampled_from([len(text) - 1, text.index('"proposed"') - comma]))
         text = text[:at] + part + text[at:]
     data = text.encode()
     if kind == "byte":
@@ -296,6 +303,12 @@ def test_near_canonical_lines_are_declined_or_decoded_alike(line: bytes) -> None
         b'{"record":"request_step","step":1,"request":"r","proposed":1,"padding":0,'
         b'"grammar_valid":null,"scheduled":1,"invalid":null,"verified":null,"sampled":1,'
         b'"accepted":0,"outcome":"applied"}}',
+        b'{"record": "request_step", "step": 1,"request":"r","proposed":1,"padding":0,'
+        b'"grammar_valid":null,"scheduled":1,"invalid":null,"verified":null,"sampled":1,'
+        b'"accepted":0,"outcome":"applied"}',
+        b'{"record": "request_step", "step": 1, "request": "r", "proposed": 1, "padding": 0, '
+        b'"grammar_valid": null, "scheduled": 1, "invalid": null, "verified": null, '
+        b'"sampled": 1, "accepted": 0, "outcome": "applied","delivered":1}',
     ],
     ids=[
         "leading-zero",
@@ -306,6 +319,8 @@ def test_near_canonical_lines_are_declined_or_decoded_alike(line: bytes) -> None
         "null",
         "empty-id",
         "trailing",
+        "styles-mixed",
+        "styles-mixed-delivered",
     ],
 )
 def test_declined_examples(line: bytes) -> None:
@@ -322,6 +337,8 @@ def test_every_outcome_and_delivered_form() -> None:
                 + b"}"
             )  # fmt: skip
             assert check(line) == expected(line) is not None
+            spaced = json.dumps(json.loads(line)).encode()
+            assert check(spaced) == expected(spaced) == expected(line)
 
 
 # -- request ids --------------------------------------------------------------------------------
@@ -351,9 +368,9 @@ OTHER = [
     b'{"record":"request","step":2,"request":"r","event":"finish"}',
     b'{"record":"step_stats","step":1,"num_drafts":1,"num_draft_tokens":2,'
     b'"num_accepted_tokens":1,"num_accepted_tokens_per_pos":[1,0]}',
-    b'{"record": "request_step", "step": 1, "request": "r", "proposed": 1, "padding": 0, '
-    b'"grammar_valid": null, "scheduled": 1, "invalid": null, "verified": null, '
-    b'"sampled": 1, "accepted": 0, "outcome": "applied"}',
+    b'{"record":"request_step", "step":1, "request":"r", "proposed":1, "padding":0, '
+    b'"grammar_valid":null, "scheduled":1, "invalid":null, "verified":null, '
+    b'"sampled":1, "accepted":0, "outcome":"applied"}',
     b'{"record":"request_step","outcome":"applied","step":1,"request":"r","proposed":1,'
     b'"padding":0,"grammar_valid":null,"scheduled":1,"invalid":null,"verified":null,'
     b'"sampled":1,"accepted":0}',
@@ -449,7 +466,11 @@ def _one_byte_changes(line: bytes) -> list[bytes]:
     return [x for x in set(out) if b"\n" not in x]
 
 
-@pytest.mark.parametrize("base", BASES, ids=["applied", "stale-delivered"])
+@pytest.mark.parametrize(
+    "base",
+    [*BASES, *(json.dumps(json.loads(base)).encode() for base in BASES)],
+    ids=["applied", "stale-delivered", "applied-spaced", "stale-delivered-spaced"],
+)
 def test_every_single_byte_change(base: bytes) -> None:
     lines = sorted(_one_byte_changes(base))
     s = scan(b"\n".join(lines) + b"\n")
@@ -480,7 +501,11 @@ def _canonical(line: bytes) -> bool:
         rec = json.loads(line)
     except ValueError:
         return False
-    return type(rec) is dict and list(rec)[:12] == list(ORDER) and dumps(rec) == line
+    return (
+        type(rec) is dict
+        and list(rec)[:12] == list(ORDER)
+        and line in (dumps(rec), dumps(rec, True))
+    )
 
 
 # -- whole logs: the recorder's lines, and the columnar checker with the scanner on and off -----
@@ -538,7 +563,7 @@ def test_columnar_checker_alike_with_and_without_the_scanner(
 
 
 def test_lines_in_another_form_are_left_to_the_decoder() -> None:
-    """Lines the scanner declines (another writer's separators) mixed with canonical ones,
+    """Lines the scanner declines (a third writer's separators) mixed with canonical ones,
     in any order: each is judged on its own, and the chunk decodes as the typed decoder
     alone decodes it."""
     spaced, plain = OTHER[3], BASES[0]
