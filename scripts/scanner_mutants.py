@@ -119,15 +119,21 @@ def run(
     name: str, old: str, new: str, source: str, module: Path = SCANNER, tests: str = ""
 ) -> bool:
     """Whether the tests (``tests``, else the module's in `TESTS`; test files separated by
-    spaces) fail with ``old`` replaced by ``new`` in ``module`` (whose text is ``source``).
-    Also used by `run_all`."""
+    spaces) fail with ``old`` replaced by ``new`` in ``module`` (whose text is ``source``,
+    written back afterwards). Also used by `run_all`."""
     assert source.count(old) >= 1, f"{name}: {old!r} is not in {module.name}"
     module.write_text(source.replace(old, new, 1))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *(tests or TESTS[module]).split(), "-x", "-q", "-p",
-         "no:cacheprovider"],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
-    )  # fmt: skip
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", *(tests or TESTS[module]).split(), "-x", "-q", "-p",
+             "no:cacheprovider"],
+            cwd=REPO, capture_output=True, text=True, check=False, timeout=1800,
+        )  # fmt: skip
+    finally:
+        # Put back at once: the next mutant may be of another module, and must be judged
+        # with this one unchanged (`run_all` used to restore only at the very end, so a
+        # mutant ran beside the previous module's last one).
+        module.write_text(source)
     lines = proc.stdout.strip().splitlines() or [""]
     print(f"{'CAUGHT' if proc.returncode != 0 else 'MISSED'}  {name}  ({lines[-1]})", flush=True)
     for line in lines:
