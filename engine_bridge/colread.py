@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 
 from . import colscan
+from .colbytes import key_colons, key_marks
 from .colscan import ABSENT as ABSENT
 from .colscan import COLUMNS as COLUMNS
 from .colscan import NULL as NULL
@@ -47,8 +48,6 @@ from .source import close_stream, open_binary
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
-Bytes = np.ndarray[Any, np.dtype[np.uint8]]
-Positions = np.ndarray[Any, np.dtype[np.intp]]
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 RequestId = Annotated[str, msgspec.Meta(min_length=1)]
@@ -272,7 +271,7 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
 
     Every key is followed by ``:`` (after JSON whitespace, if any), so a line has at least as
-    many key colons (`_key_colons`; without whitespace, simply colons) as keys, and at least
+    many key colons (`colbytes.key_colons`; without whitespace, simply colons) as keys, and at least
     as many keys as fields decoded; if the chunk's key colons equal the fields decoded (header
     and totals lines aside), every line has exactly one key per field decoded. (Counting
     fewer fields than were decoded only sends the chunk to the line-by-line check.) Returns
@@ -316,40 +315,12 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
     body = data[start:end]
     if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
-        colons, doubtful = _key_colons(body)  # (a log written with ", " and ": " separators)
+        colons, doubtful = key_colons(body)  # (a log written with ", " and ": " separators)
         if len(doubtful):
             return None
     else:
         colons = np.flatnonzero(body == 58)  # ":"; the same bound, in one pass
     return kinds if len(colons) == fields else None
-
-
-# Whitespace bytes `_key_colons` steps back over before a colon; a longer run sends the line
-# to the reference decoder (a bounded number of passes whatever the line).
-KEY_GAP = 32
-
-
-def _key_colons(data: Bytes) -> tuple[Positions, Positions]:
-    """The positions of the colons that may end a key: those whose previous byte other than
-    JSON whitespace (space, tab, carriage return) is ``"``. A key is a string followed by
-    ``:`` after optional whitespace, so a line has at least one such colon per key; a colon
-    inside a string value may add more, which only sends the line to the reference decoder.
-    Second, the colons after more than `KEY_GAP` whitespace bytes, left undecided (their
-    lines' counts prove nothing). The colons first, then the bytes before them, one byte a
-    round for those after whitespace: one mask the chunk's size, no more."""
-    colon = np.flatnonzero(data == 58)
-    colon = colon[colon > 0]
-    at = colon - 1
-    found = []
-    for _ in range(KEY_GAP + 1):
-        byte = data[at]
-        found.append(colon[byte == 34])
-        blank = (byte == 32) | (byte == 9) | (byte == 13)
-        colon, at = colon[blank], at[blank] - 1
-        colon, at = colon[at >= 0], at[at >= 0]
-        if not len(at):
-            break
-    return np.concatenate(found), colon
 
 
 def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:
@@ -397,24 +368,10 @@ def _decode_lines_one_by_one(path: str, first_line: int, chunk: bytes, n: int) -
             records.append(None)
     keys = np.fromiter(map(_keys, records), dtype=np.int64, count=n)
     keys[np.fromiter(map(len, texts), np.int64, n) > MAX_LINE_BYTES] = -1  # the limit's message
-    for i in np.flatnonzero(_key_marks(chunk, n) != keys).tolist():
+    for i in np.flatnonzero(key_marks(chunk, n) != keys).tolist():
         has_newline = has_last_newline or i < n - 1
         records[i] = _reparse(path, first_line + i, texts[i], has_newline)
     return records
-
-
-def _key_marks(chunk: bytes, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """Per line, the count of its colons that may end a key (`_key_colons`): at least its
-    keys; -2 for a line with a colon left undecided."""
-    data = np.frombuffer(chunk, dtype=np.uint8)
-    ends = np.flatnonzero(data == 10)[:n]
-    if len(ends) < n:  # the last line has no newline
-        ends = np.append(ends, len(data))
-    colon, doubtful = _key_colons(data)
-    counts = np.bincount(np.searchsorted(ends, colon), minlength=n + 1)[:n].astype(np.int64)
-    where = np.searchsorted(ends, doubtful)
-    counts[where[where < n]] = -2
-    return counts
 
 
 _KINDS: dict[str, type] = {"request_step": RequestStep, "request": Request, "step_stats": StepStats}

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colread
+from spectally.engine_bridge import colbytes, colread
 from spectally.engine_bridge.colread import COLUMNS, Lines, empty_lines
 
 
@@ -139,42 +139,42 @@ def _spaced(line: bytes) -> bytes:
 
 def test_a_spaced_chunk_is_vouched_for_unless_a_key_is_repeated() -> None:
     """A log written with ", " and ": " separators is vouched for whole, as a compact one is
-    (its key colons counted past the whitespace: `_key_colons`); a key repeated in any line,
-    written with whitespace before its colon or not, is not, and `_key_marks` counts it."""
+    (its key colons counted past the whitespace: `colbytes.key_colons`); a key repeated in any line,
+    written with whitespace before its colon or not, is not, and `colbytes.key_marks` counts it."""
     lines = [_spaced(line) for line in _request_lines()]
     chunk = b"".join(lines)
     assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
     fields = [len(json.loads(line)) for line in lines]
-    assert colread._key_marks(chunk, len(lines)).tolist() == fields
+    assert colbytes.key_marks(chunk, len(lines)).tolist() == fields
     for i, line in enumerate(lines):
         for twice in (b'"step": 1, "step":', b'"step" : 1, "step":', b'"step":1,"step"\t \r:'):
             bad_line = line.replace(b'"step":', twice, 1)
             bad = b"".join([*lines[:i], bad_line, *lines[i + 1 :]])
             assert colread._keys_match(bad, colread._DECODER.decode_lines(bad)) is None, i
-            marks = colread._key_marks(bad, len(lines)).tolist()
+            marks = colbytes.key_marks(bad, len(lines)).tolist()
             assert marks[i] == fields[i] + 1 and marks[:i] == fields[:i], (i, twice)
 
 
 def test_a_long_gap_before_a_colon_leaves_its_line_undecided() -> None:
-    """`_key_colons` steps back over at most `KEY_GAP` whitespace bytes (a bounded number of
+    """`colbytes.key_colons` steps back over at most `KEY_GAP` whitespace bytes (a bounded number of
     passes on any input): a key colon after that many is counted, one after more leaves its
     line to the reference decoder (the chunk is not vouched for whole; the line's mark is -2,
     which no field count equals)."""
     lines = [_spaced(line) for line in _request_lines()]
     fields = [len(json.loads(line)) for line in lines]
-    for gap, counted in ((colread.KEY_GAP, True), (colread.KEY_GAP + 1, False)):
+    for gap, counted in ((colbytes.KEY_GAP, True), (colbytes.KEY_GAP + 1, False)):
         wide = lines[1].replace(b'"step":', b'"step"' + b" " * gap + b":", 1)
         chunk = b"".join([lines[0], wide, *lines[2:]])
         vouched = colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
         assert vouched is counted
-        marks = colread._key_marks(chunk, len(lines)).tolist()
+        marks = colbytes.key_marks(chunk, len(lines)).tolist()
         assert marks == [fields[0], fields[1] if counted else -2, *fields[2:]]
         # a key repeated behind the gap: uncounted, the line would look like it has no more
         # keys than fields
         twice = lines[1].replace(b'"step":', b'"step": 1, "step"' + b" " * gap + b":", 1)
         chunk = b"".join([lines[0], twice, *lines[2:]])
         assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is None
-        assert colread._key_marks(chunk, len(lines)).tolist()[1] != fields[1]
+        assert colbytes.key_marks(chunk, len(lines)).tolist()[1] != fields[1]
 
 
 def test_two_records_on_a_line_and_a_blank_line_are_not_vouched_for() -> None:
