@@ -271,12 +271,13 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
 
     Every key is followed by ``:`` (after JSON whitespace, if any), so a line has at least as
-    many key colons (`colbytes.key_colons`; without whitespace, simply colons) as keys, and at least
-    as many keys as fields decoded; if the chunk's key colons equal the fields decoded (header
-    and totals lines aside), every line has exactly one key per field decoded. (Counting
-    fewer fields than were decoded only sends the chunk to the line-by-line check.) Returns
-    the lines' kinds, or None when the chunk must be checked line by line. Decoded records
-    and lines correspond when their counts are equal and no line is blank (below)."""
+    many key colons (`colbytes.key_colons`; without whitespace, simply colons) as keys, and
+    at least as many keys as fields decoded; if the chunk's key colons equal the fields
+    decoded (header and totals lines aside), every line has exactly one key per field
+    decoded. (Counting fewer fields than were decoded only sends the chunk to the
+    line-by-line check.) Returns the lines' kinds, or None when the chunk must be checked
+    line by line. Decoded records and lines correspond when their counts are equal and no
+    line is blank (below)."""
     n = len(records)
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)
@@ -315,12 +316,13 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
     body = data[start:end]
     if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
-        colons, doubtful = key_colons(body)  # (a log written with ", " and ": " separators)
+        found, doubtful = key_colons(body)  # (a log written with ", " and ": " separators)
         if len(doubtful):
             return None
+        colons = len(found)
     else:
-        colons = np.flatnonzero(body == 58)  # ":"; the same bound, in one pass
-    return kinds if len(colons) == fields else None
+        colons = int(np.count_nonzero(body == 58))  # ":"; the same bound, in one pass
+    return kinds if colons == fields else None
 
 
 def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:

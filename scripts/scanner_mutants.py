@@ -131,8 +131,7 @@ def run(
         )  # fmt: skip
     finally:
         # Put back at once: the next mutant may be of another module, and must be judged
-        # with this one unchanged (`run_all` used to restore only at the very end, so a
-        # mutant ran beside the previous module's last one).
+        # with this one unchanged.
         module.write_text(source)
     lines = proc.stdout.strip().splitlines() or [""]
     print(f"{'CAUGHT' if proc.returncode != 0 else 'MISSED'}  {name}  ({lines[-1]})", flush=True)
@@ -148,8 +147,8 @@ Mutant = tuple[Path, str, str, str, str]
 
 
 def run_all(mutants: Sequence[Mutant], equivalent: Sequence[Mutant] = ()) -> int:
-    """Each mutant through `run`, then the equivalent ones (reported, not counted); every
-    module put back afterwards, also on Ctrl-C. Refuses (2) modules with changes (run on a
+    """Each mutant through `run` (which puts its module back, also on Ctrl-C), then the
+    equivalent ones (reported, not counted). Refuses (2) modules with changes (run on a
     clean checkout); else 1 if any mutant is missed. Also used by the other mutant scripts."""
     modules = sorted({m[0] for m in [*mutants, *equivalent]})
     status = subprocess.run(
@@ -162,16 +161,12 @@ def run_all(mutants: Sequence[Mutant], equivalent: Sequence[Mutant] = ()) -> int
         return 2
     sources = {module: module.read_text() for module in modules}
     missed = []
-    try:
-        for module, name, old, new, tests in mutants:
-            if not run(name, old, new, sources[module], module, tests):
-                missed.append(name)
-        for module, name, old, new, tests in equivalent:
-            print("equivalent:", end=" ")
-            run(name, old, new, sources[module], module, tests)
-    finally:
-        for module, source in sources.items():
-            module.write_text(source)
+    for module, name, old, new, tests in mutants:
+        if not run(name, old, new, sources[module], module, tests):
+            missed.append(name)
+    for module, name, old, new, tests in equivalent:
+        print("equivalent:", end=" ")
+        run(name, old, new, sources[module], module, tests)
     print(f"{len(mutants) - len(missed)} of {len(mutants)} mutants caught")
     return 1 if missed else 0
 

@@ -139,8 +139,9 @@ def _spaced(line: bytes) -> bytes:
 
 def test_a_spaced_chunk_is_vouched_for_unless_a_key_is_repeated() -> None:
     """A log written with ", " and ": " separators is vouched for whole, as a compact one is
-    (its key colons counted past the whitespace: `colbytes.key_colons`); a key repeated in any line,
-    written with whitespace before its colon or not, is not, and `colbytes.key_marks` counts it."""
+    (its key colons counted past the whitespace: `colbytes.key_colons`); a key repeated in
+    any line, written with whitespace before its colon or not, is not, and
+    `colbytes.key_marks` counts it."""
     lines = [_spaced(line) for line in _request_lines()]
     chunk = b"".join(lines)
     assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
