@@ -13,7 +13,7 @@ workers. Both runs must print the same bytes and agree; the figure is the ratio 
 times (target >= 1.8 on 2 cores). Each is run ``--repeat`` times, alternating, and the best of
 each is kept (other load on the machine only ever slows a run down).
 
-Ray: a throwaway 2-CPU head on 127.0.0.1 (`fleet_ray.local_head`), then ``--ray`` and
+Ray: a throwaway 2-CPU head on 127.0.0.1 (`fleet.ray.local_head`), then ``--ray`` and
 ``--jobs 2`` each replay N tiny logs and 1 tiny log in one driver process; the per-file
 overhead of a backend is (T(N) - T(1)) / (N - 1), the fixed cost of a run T(1).
 """
@@ -33,13 +33,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from spectally.engine_bridge import synth
-from spectally.engine_bridge.fleet import (
-    ReplayOptions,
-    mp_context,
-    replay_one,
-    run_fleet,
-    usable_cores,
-)
+from spectally.engine_bridge.fleet import ReplayOptions, replay_one, run_fleet, usable_cores
+from spectally.engine_bridge.fleet.local import mp_context
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "traces" / "agree" / "sync_basic.ndjson"
@@ -142,7 +137,7 @@ def per_file(tiny: list[str], backend: dict[str, object]) -> dict[str, float]:
 
 
 def ray_overhead(tmp: Path, n: int) -> dict[str, dict[str, float]] | None:
-    from spectally.engine_bridge.fleet_ray import LOOPBACK_ENV, local_head
+    from spectally.engine_bridge.fleet.ray import LOOPBACK_ENV, local_head
 
     os.environ.update(LOOPBACK_ENV)  # before Ray is imported: it reads them at import
     try:

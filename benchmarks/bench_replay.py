@@ -7,7 +7,7 @@
 
 Two synthetic async logs are written to temporary files: ``uniform``
 (spectally.engine_bridge.synth: k = 4, batch 32, few distinct block shapes) and ``varied``
-(spectally.engine_bridge.synth_varied: k = 8, AV, 35 % structured with grammar cuts,
+(spectally.engine_bridge.synth.varied: k = 8, AV, 35 % structured with grammar cuts,
 padding, budget cuts, 64-256 drifting requests, uuid ids, finishes and aborts), and
 ``preempted`` (varied with preemptions: a burst of 1-3 every ~20 steps, stale output
 delivered or dropped). For each, in
@@ -51,16 +51,16 @@ from typing import Any
 
 import msgspec
 import orjson
-from spectally.engine_bridge import colblocks, colread, colscan, columnar, synth, synth_varied
+from spectally.engine_bridge import colblocks, colread, colscan, columnar, synth
 from spectally.engine_bridge.replay import replay_file
 
 GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
     "uniform": lambda n, seed: synth.lines(n, seed=seed),
-    "varied": lambda n, seed: synth_varied.lines(n, seed=seed),
+    "varied": lambda n, seed: synth.varied.lines(n, seed=seed),
     # varied with preemptions under memory pressure: a burst of 1-3 every ~20 steps, the
     # stale output in flight delivered (header default) or dropped (30 % of the records
     # set drop_stale_output themselves)
-    "preempted": lambda n, seed: synth_varied.lines(n, seed=seed, preempt_share=0.05),
+    "preempted": lambda n, seed: synth.varied.lines(n, seed=seed, preempt_share=0.05),
 }
 
 

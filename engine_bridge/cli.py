@@ -140,8 +140,7 @@ def replay(
     the reference's merge (both profiles), per engine (header engine_index and config), and
     the legacy -> rfc shift of the fleet.
     """
-    from .fleet import ReplayOptions, run_fleet, usable_cores
-    from .fleet_report import fleet_summary, render_fleet
+    from .fleet import ReplayOptions, fleet_summary, render_fleet, run_fleet, usable_cores
 
     if ray_address is not None and jobs is not None:
         raise click.UsageError("--jobs and --ray exclude each other (Ray schedules the tasks)")
@@ -175,7 +174,7 @@ def replay(
         click.echo("spectally replay: interrupted (workers stopped)", err=True)
         sys.exit(int(ExitCode.INTERRUPTED))
     except RuntimeError as exc:
-        from .fleet_ray import RayUnavailable
+        from .fleet.ray import RayUnavailable
 
         if not isinstance(exc, RayUnavailable):
             raise

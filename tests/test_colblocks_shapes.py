@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from spectally.engine_bridge import colblocks, colkeys, colseq, columnar, synth_varied
+from spectally.engine_bridge import colblocks, colkeys, colseq, columnar, synth
 from spectally.engine_bridge.colblocks import BlockColumns, ShapeTable
 from spectally.engine_bridge.colread import Irregular
 from spectally.engine_bridge.colseq import Lanes, StatsColumns
@@ -33,7 +33,7 @@ def _spied(
 ) -> tuple[Mode, list[BlockColumns], list[Any]]:
     """`_chunks`, and the count matrix the checker passed with each chunk (or None)."""
     lines = list(
-        synth_varied.lines(3000, mode=mode, k=k, min_batch=8, max_batch=40, seed=k, av=True)
+        synth.varied.lines(3000, mode=mode, k=k, min_batch=8, max_batch=40, seed=k, av=True)
     )
     path = tmp_path / "log.ndjson"
     path.write_bytes(b"".join(lines))
@@ -308,7 +308,7 @@ def test_a_bad_new_shape_is_refused_before_any_verdict(
 def test_logs_without_lanes_or_keys(tmp_path: Path, k: int) -> None:
     """k = 20: the legacy counts are not packed; k = 64: the counts do not fit a 63-bit key
     (every block is its own row). Same verdict as the reference, on the columnar path."""
-    lines = synth_varied.lines(400, mode="async", k=k, min_batch=4, max_batch=12, seed=2)
+    lines = synth.varied.lines(400, mode="async", k=k, min_batch=4, max_batch=12, seed=2)
     path = tmp_path / "log.ndjson"
     path.write_bytes(b"".join(lines))
     fast, _ = same(path)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from spectally.engine_bridge import colread, colscan, columnar, synth_varied
+from spectally.engine_bridge import colread, colscan, columnar, synth
 from spectally.engine_bridge.colread import Irregular, decode_chunk, decode_columns
 from spectally.engine_bridge.colscan import ABSENT, COLUMNS, NULL, OUTCOMES, scan
 from spectally.engine_bridge.records import BadInput, parse_line
@@ -552,7 +552,7 @@ def test_columnar_checker_alike_with_and_without_the_scanner(
     options: list[dict[str, Any]] = [{}, {"preempt_share": 0.2}, {"mode": "sync"}]
     for seed, kwargs in enumerate(options):
         path = tmp_path / f"gen{seed}.ndjson"
-        path.write_bytes(b"".join(synth_varied.lines(3000, seed=seed, **kwargs)))
+        path.write_bytes(b"".join(synth.varied.lines(3000, seed=seed, **kwargs)))
         logs.append(path)
     vouched = 0
     for path in logs:

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colblocks, columnar, synth, synth_varied
+from spectally.engine_bridge import colblocks, columnar, synth
 from spectally.engine_bridge.array_arith import ARRAY_ARITH
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.colread import Irregular
@@ -89,7 +89,7 @@ def test_the_columnar_path_judges_most_real_logs() -> None:
 
 
 def _base(mode: str = "async") -> list[bytes]:
-    return list(synth_varied.lines(300, mode=mode, min_batch=8, max_batch=16, seed=5))
+    return list(synth.varied.lines(300, mode=mode, min_batch=8, max_batch=16, seed=5))
 
 
 def _mutate(lines: list[bytes], at: int, new: bytes | None) -> bytes:
@@ -284,7 +284,7 @@ def test_generated_logs(
     rng = random.Random(seed)
     repeated = False
     if varied:
-        gen = synth_varied.lines(
+        gen = synth.varied.lines(
             rng.randrange(150, 500),
             mode=mode,
             av=av,
@@ -548,7 +548,7 @@ def test_the_checker_leaves_no_cycles_for_the_collector(tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.ndjson"
     corrupt.write_bytes(_mutate(base, at, base[at][:-3] + b"\n"))
     varied = tmp_path / "varied.ndjson"
-    varied.write_bytes(b"".join(synth_varied.lines(3000, seed=2, preempt_share=0.05)))
+    varied.write_bytes(b"".join(synth.varied.lines(3000, seed=2, preempt_share=0.05)))
     for path in [*LOGS, tampered, corrupt, varied]:
         garbage = _cyclic_garbage_of(
             lambda p=path: columnar.replay_columnar(str(p), bar=None)  # type: ignore[misc]

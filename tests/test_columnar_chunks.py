@@ -11,14 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from spectally.engine_bridge import columnar, synth_varied
+from spectally.engine_bridge import columnar, synth
 from spectally.engine_bridge.replay import replay_file
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
 
 
 def _log(tmp_path: Path, mode: str) -> tuple[Path, list[bytes]]:
     lines = list(
-        synth_varied.lines(300, mode=mode, k=3, min_batch=2, max_batch=6, seed=5, preempt_share=0.3)
+        synth.varied.lines(300, mode=mode, k=3, min_batch=2, max_batch=6, seed=5, preempt_share=0.3)
     )
     path = tmp_path / "log.ndjson"
     path.write_bytes(b"".join(lines))

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colseq, columnar, synth, synth_varied
+from spectally.engine_bridge import colseq, columnar, synth
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.replay import replay_file
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
@@ -32,7 +32,7 @@ from test_columnar_chunks import LineChunks
 
 def _log(mode: str, seed: int = 3, n: int = 600, preempt: float = 0.3) -> list[bytes]:
     return list(
-        synth_varied.lines(
+        synth.varied.lines(
             n,
             mode=mode,
             k=4,

@@ -1,7 +1,7 @@
 """The columnar checker on preemptions, stale output and lifecycle records: the same result as
 the plain reference replay, and the fast path really taken.
 
-Logs come from `synth_varied` with preemptions (sync: the dropped proposal; async: the stale
+Logs come from `synth.varied` with preemptions (sync: the dropped proposal; async: the stale
 block in flight, delivered or dropped, by the header's default or the record's own
 ``drop_stale_output``), then are changed: one engine number tampered, one line corrupted, or
 one lifecycle record or outcome changed (moved, written steps later, removed, repeated, its
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colread, synth_varied
+from spectally.engine_bridge import colread, synth
 from spectally.engine_bridge.replay import replay_file
 from test_columnar import _corrupt, _tamper, same, strict_columnar  # noqa: F401 (autouse)
 
@@ -37,7 +37,7 @@ OUTCOMES = (
 
 def _log(seed: int, mode: str, drop: bool, n: int = 400, av: bool = True) -> list[bytes]:
     return list(
-        synth_varied.lines(
+        synth.varied.lines(
             n,
             mode=mode,
             av=av,
@@ -168,7 +168,7 @@ def test_preempted_logs_stay_on_the_fast_path(tmp_path: Path) -> None:
         (5, "async", True, False),
     ]:
         lines = list(
-            synth_varied.lines(
+            synth.varied.lines(
                 3000,
                 mode=mode,
                 av=av,

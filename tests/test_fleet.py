@@ -22,8 +22,15 @@ from fleet_dp import build as build_dp
 from fleet_dp import combine_scrapes, relabel_log
 from spectally.engine_bridge import fleet
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.fleet import FileOutcome, ReplayOptions, replay_local, replay_one
-from spectally.engine_bridge.fleet_report import fleet_summary, merge_totals
+from spectally.engine_bridge.fleet import (
+    FileOutcome,
+    ReplayOptions,
+    job,
+    local,
+    replay_local,
+    replay_one,
+)
+from spectally.engine_bridge.fleet.report import fleet_summary, merge_totals
 from spectally.reference.counters import Counters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,10 +171,10 @@ def test_outcomes_come_back_in_input_order_whatever_finishes_first() -> None:
     fakes = {
         i: FileOutcome(f"f{i}", "agree", 0, "", False, {}, None, None, None, None) for i in done
     }
-    got = [o.path for o in fleet._in_order(6, iter((i, fakes[i]) for i in done))]
+    got = [o.path for o in local._in_order(6, iter((i, fakes[i]) for i in done))]
     assert got == [f"f{i}" for i in range(6)]
     with pytest.raises(AssertionError, match="1 outcomes missing"):
-        list(fleet._in_order(6, iter((i, fakes[i]) for i in range(5))))
+        list(local._in_order(6, iter((i, fakes[i]) for i in range(5))))
 
 
 def test_stdin_is_replayed_by_the_parent_alongside_the_workers() -> None:
@@ -206,14 +213,14 @@ def test_engine_info_comes_from_the_header() -> None:
 def test_a_bug_in_one_file_is_an_internal_error_and_the_others_go_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = fleet.replay_file
+    real = job.replay_file
 
     def buggy(path: str, **kwargs: Any) -> Any:
         if path == str(AGREE[1]):
             raise ZeroDivisionError("planted bug")
         return real(path, **kwargs)
 
-    monkeypatch.setattr(fleet, "replay_file", buggy)
+    monkeypatch.setattr(job, "replay_file", buggy)
     outcomes = list(replay_local([str(p) for p in AGREE[:3]], ReplayOptions(), jobs=1))
     assert [o.status for o in outcomes] == ["agree", "internal_error", "agree"]
     assert outcomes[1].exit_code == 70
@@ -347,7 +354,7 @@ def test_jobs_two_replays_in_other_processes(monkeypatch: pytest.MonkeyPatch) ->
     def planted(path: str, **kwargs: Any) -> Any:
         raise ZeroDivisionError("planted in the parent")
 
-    monkeypatch.setattr(fleet, "replay_file", planted)
+    monkeypatch.setattr(job, "replay_file", planted)
     files = [str(p) for p in AGREE[:3]]
     here = list(replay_local(files, ReplayOptions(), jobs=1))
     assert {o.status for o in here} == {"internal_error"}

@@ -4,8 +4,8 @@ must print and exit exactly like the local `--jobs` run.
     .venv/bin/pip install -e '.[dev,ray]' && .venv/bin/python -m pytest -m ray
 
 The module starts ``ray start --head --block --num-cpus 2`` bound to 127.0.0.1 in its own
-session (`fleet_ray.local_head`) and ends that whole session at the end, pass or fail; the
-drivers the tests start get the same loopback environment (`fleet_ray.LOOPBACK_ENV`).
+session (`fleet.ray.local_head`) and ends that whole session at the end, pass or fail; the
+drivers the tests start get the same loopback environment (`fleet.ray.LOOPBACK_ENV`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fleet_dp import build as build_dp
-from spectally.engine_bridge.fleet_ray import LOOPBACK_ENV, local_head
+from spectally.engine_bridge.fleet.ray import LOOPBACK_ENV, local_head
 
 pytestmark = pytest.mark.ray
 

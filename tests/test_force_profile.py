@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from spectally.engine_bridge import columnar, profiles, reference_replay
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.fleet import ReplayOptions, read_engine_info, replay_local, replay_one
-from spectally.engine_bridge.fleet_report import fleet_summary, render_fleet
+from spectally.engine_bridge.fleet.report import fleet_summary, render_fleet
 from spectally.engine_bridge.reference_replay import Replayer
 from spectally.engine_bridge.replay import render_summary, replay_file, result_json
 from spectally.engine_bridge.translate import LEGACY_PROFILE, profile_for
@@ -274,7 +274,7 @@ def test_cli_fleet_with_the_flag(tmp_path: Path) -> None:
 
 
 def test_the_ray_task_gets_the_option(tmp_path: Path) -> None:
-    """What a Ray task receives: `replay_one` with the pickled options (fleet_ray.replay_ray)."""
+    """What a Ray task receives: `replay_one` with the pickled options (fleet.ray.replay_ray)."""
     path = str(versioned(tmp_path, SYNC))
     options = pickle.loads(pickle.dumps(ReplayOptions(force_profile=LEGACY_PROFILE)))
     assert options == ReplayOptions(force_profile=LEGACY_PROFILE)

@@ -309,12 +309,12 @@ def test_stdin_gzip(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spectally.engine_bridge import fleet
+    from spectally.engine_bridge.fleet import job
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fleet, "replay_file", interrupted)  # one log: replayed in this process
+    monkeypatch.setattr(job, "replay_file", interrupted)  # one log: replayed in this process
     result = run("replay", str(LOG))
     assert result.exit_code == ExitCode.INTERRUPTED
     assert "Traceback" not in result.output and "interrupted" in result.stderr

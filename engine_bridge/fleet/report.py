@@ -20,9 +20,9 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters, position_zero
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 
-from .fleet import EngineInfo, FileOutcome
-from .profiles import FORCE_FLAG
-from .report import SHIFT_TERMS, explain_shift
+from ..profiles import FORCE_FLAG
+from ..report import SHIFT_TERMS, explain_shift
+from .job import EngineInfo, FileOutcome
 
 STATUS_WORDS = {
     "agree": "AGREE",
@@ -97,7 +97,7 @@ def check_scrape(
     label sets: every engine the scrape counted must be covered by the logs (each log was
     already checked against its own engine's series by its replay). Only judged when every
     log agrees; otherwise the merged totals miss the failing logs' counts."""
-    from .importers.prometheus import read_scrapes, spec_totals
+    from ..importers.prometheus import read_scrapes, spec_totals
 
     if merged is None or any(o.status != "agree" for o in outcomes):
         return {"scrape": metrics, "checked": False, "why": "not every log agrees"}

@@ -1,6 +1,6 @@
 """Fleet replay on a Ray cluster: the same per-file work as the local backend, as Ray tasks.
 
-Each file is one task running `fleet.replay_one`, the function a local worker runs, so a file's
+Each file is one task running `job.replay_one`, the function a local worker runs, so a file's
 outcome is the same whichever backend replayed it. Ray pickles ``replay_one`` by reference: the
 workers import it from their own ``spectally`` installation (every node needs
 ``pip install 'spectally[bridge]'`` of the same version, and the log paths must be readable
@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .fleet import FileOutcome, ReplayOptions, internal_error, regular_file, replay_one
+from .job import FileOutcome, ReplayOptions, internal_error, regular_file, replay_one
 
 
 class RayUnavailable(RuntimeError):

@@ -1,6 +1,6 @@
 """A high-variety synthetic step log: what a busy production replica writes.
 
-`engine_bridge/synth.py` writes a log with few distinct block shapes (k = 4, full proposals);
+`steady` writes a log with few distinct block shapes (k = 4, full proposals);
 this one is built to defeat anything that relies on repeated shapes: k = 8, adaptive
 verification, 35 % structured requests whose grammar cuts proposals at random, placeholder
 padding (uniform-length batches and skipped drafting), token-budget cuts, 64-256 concurrent
@@ -14,10 +14,8 @@ output is delivered (``applied``, counted) unless the preemption drops it
 (``drop_stale_output`` on the record, else the header's default: ``discarded_stale``, not
 counted).
 
-As in synth.py, ``step_stats`` and ``totals`` are computed here the way vLLM 0.32's
-``make_spec_decoding_stats`` counts (a block counts when it had scheduled slots and its
-output was applied; drafted = scheduled - invalid; accepted = max(sampled - 1, 0)),
-independently of the reference. Memory: the running requests only.
+As in `steady`, ``step_stats`` and ``totals`` are counted as vLLM 0.32 counts them
+(`common.count_block`), independently of the reference. Memory: the running requests only.
 """
 
 from __future__ import annotations
@@ -26,9 +24,16 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from .synth import as_lines, close_step, engine_block, schedulable
-
-Record = dict[str, Any]
+from .common import (
+    Record,
+    as_lines,
+    close_step,
+    count_block,
+    engine_block,
+    header,
+    schedulable,
+    totals_record,
+)
 
 
 def generate(
@@ -47,19 +52,14 @@ def generate(
 ) -> Iterator[Record]:
     """About ``n_records`` records (the last step is completed, then the totals record)."""
     rng = random.Random(seed)
-    yield {
-        "record": "header",
-        "schema_version": 1,
-        "engine": "vllm",
-        "engine_version": "0.32.0",
-        "num_speculative_tokens": k,
-        "scheduling": mode,
-        "spec_method": "eagle",
-        "structured_outputs_backend": "xgrammar" if structured_share > 0 else None,
-        "adaptive_verification": av,
-        "drop_stale_output": drop_stale_output,
-        "config": {"synthetic": True, "generator": "spectally.engine_bridge.synth_varied"},
-    }
+    yield header(
+        k=k,
+        mode=mode,
+        structured=structured_share > 0,
+        av=av,
+        drop_stale_output=drop_stale_output,
+        config={"generator": "spectally.engine_bridge.synth.varied"},
+    )
     emitted = 1
     totals = [0, 0, 0]
     totals_pos = [0] * k
@@ -109,13 +109,7 @@ def generate(
             else:
                 rec = _block(rng, step, rid, structured, k, mode, av, budget_cut)
                 out.append(rec)
-            if rec["scheduled"] > 0:
-                accepted = rec["accepted"]
-                stats[0] += 1
-                stats[1] += rec["scheduled"] - (rec["invalid"] or 0)
-                stats[2] += accepted
-                for i in range(accepted):
-                    pos[i] += 1
+            count_block(rec, stats, pos)
             if rid not in paused and rng.random() < end_chance:
                 ended.append((rid, "abort" if rng.random() < abort_share else "finish"))
         for rid, event in ended:
@@ -139,14 +133,7 @@ def generate(
         yield from out
         emitted += len(out)
     yield from in_flight
-    yield {
-        "record": "totals",
-        "source": "synthetic",
-        "num_drafts": totals[0],
-        "num_draft_tokens": totals[1],
-        "num_accepted_tokens": totals[2],
-        "num_accepted_tokens_per_pos": totals_pos,
-    }
+    yield totals_record(totals, totals_pos)
 
 
 def _preempted(
