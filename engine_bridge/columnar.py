@@ -32,6 +32,7 @@ from spectally.reference.counters import Counters
 from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
 
+from .accounts import metrics_divergence
 from .array_arith import Ints
 from .colblocks import COUNT_FIELDS, BlockColumns, ShapeTable, check_blocks
 from .colread import (
@@ -58,7 +59,6 @@ from .colseq import (
 from .limits import MAX_LINE_BYTES
 from .profiles import resolve
 from .records import BadInput, Record, exported_counters, parse_line
-from .reference_replay import metrics_divergence
 from .report import ReplayResult, Tally, make_summary, stats_not_compared
 from .translate import Header
 

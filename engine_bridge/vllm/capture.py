@@ -30,14 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROMPTS = [
-    "def fibonacci(n):\n    ",
-    "import os\nimport sys\n\nclass Config:\n",
-    "The quick brown fox jumps over the lazy dog. The quick brown",
-    "for i in range(10):\n    print(i)\nfor j in range(",
-    "SELECT name, value FROM settings WHERE",
-    "# Licensed under the Apache License, Version 2.0 (the",
-]
+from spectally.engine_bridge.vllm.scenarios import PROMPTS as PROMPTS
+
 MAX_TOKENS = [64, 48, 57, 64, 40, 61]
 
 JSON_SCHEMA = {

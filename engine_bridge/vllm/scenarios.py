@@ -27,10 +27,17 @@ from typing import Any, TypeVar
 Params = Callable[[int], Any]
 T = TypeVar("T")
 
+PROMPTS = [
+    "def fibonacci(n):\n    ",
+    "import os\nimport sys\n\nclass Config:\n",
+    "The quick brown fox jumps over the lazy dog. The quick brown",
+    "for i in range(10):\n    print(i)\nfor j in range(",
+    "SELECT name, value FROM settings WHERE",
+    "# Licensed under the Apache License, Version 2.0 (the",
+]
+
 
 def _prompts(n: int) -> list[str]:
-    from spectally.engine_bridge.vllm.capture import PROMPTS
-
     return [PROMPTS[i % len(PROMPTS)] for i in range(n)]
 
 

@@ -1,0 +1,48 @@
+"""The import layering of pyproject.toml's [tool.importlinter] contracts holds.
+
+import-linter reads the imports statically, so it must see the installed names (`spectally.*`):
+it runs with typecheck/ (the symlink tree with the installed layout) first on sys.path, in a
+process of its own, where the editable install's import hook cannot point it at cli/ alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TREE = ROOT / "typecheck"
+
+
+def lint(cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(TREE)}
+    code = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+    return subprocess.run(
+        [sys.executable, "-c", code, "--no-cache", "--no-logo"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def modules_in_tree() -> int:
+    """The Python files of every package (a folder with __init__.py) under typecheck/spectally."""
+    n = 0
+    for _, _, files in os.walk(TREE / "spectally", followlinks=True):
+        if "__init__.py" in files:
+            n += sum(f.endswith(".py") for f in files)
+    return n
+
+
+def test_every_contract_is_kept_over_the_whole_package() -> None:
+    result = lint()
+    assert result.returncode == 0, result.stdout + result.stderr
+    analyzed = re.search(r"Analyzed (\d+) files", result.stdout)
+    assert analyzed, result.stdout
+    assert int(analyzed.group(1)) == modules_in_tree()  # the tool saw every module, not cli/ only
+    assert re.search(r"Contracts: (\d+) kept, 0 broken", result.stdout), result.stdout
