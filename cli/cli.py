@@ -20,13 +20,8 @@ from typing import Any
 
 import click
 from spectally import __version__
-from spectally.exit_codes import ExitCode
+from spectally.exit_codes import EXIT_COMMON, ExitCode
 
-# The part of every command's exit-code epilog that is the same for all of them.
-EXIT_COMMON = (
-    "70 internal error (a bug in spectally: one line on stderr, the full report in a temp file"
-    " whose path it prints); 130 interrupted (Ctrl-C)."
-)
 # Each command's exit codes, shown at the end of its --help (click rewraps the text).
 EXIT_HELP: dict[str, str] = {
     "step": "Exit codes: 0 the counters are printed; 2 inadmissible input or usage (a count"
@@ -109,7 +104,7 @@ class LazyGroup(click.Group):
             formatter.write_dl(sorted(rows))
 
 
-def guarded(run: Callable[[], Any], args: Sequence[str] | None = None) -> int:
+def guarded(run: Callable[[], Any], args: Sequence[str] | None = None) -> ExitCode:
     """Run click's non-standalone ``main`` and return the contract's exit code for whatever
     happened; a command's own ``sys.exit(code)`` passes through unchanged."""
     try:
@@ -135,7 +130,7 @@ def guarded(run: Callable[[], Any], args: Sequence[str] | None = None) -> int:
             err=True,
         )
         return ExitCode.INTERNAL_ERROR
-    return rv if isinstance(rv, int) else ExitCode.OK
+    return ExitCode(rv) if isinstance(rv, int) else ExitCode.OK
 
 
 def write_report(exc: BaseException, args: Sequence[str] | None) -> str:
@@ -250,7 +245,7 @@ def step(
     if reasons:
         # One line, non-zero exit: no engine can produce these stage inputs.
         click.echo(f"spectally step: inadmissible input: {'; '.join(reasons)}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.BAD_INPUT)
     inputs = query.inputs()
     result: dict[str, Any] = step_counts(query.mode, inputs)
     fates = token_fates(query.mode, inputs)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
-from spectally.exit_codes import ExitCode
+from spectally.exit_codes import EXIT_COMMON, EXIT_SEVERAL, ExitCode
 
 from .records import BadInput
 
@@ -18,11 +18,7 @@ if TYPE_CHECKING:
     from .importers.findings import Finding
 
 # The contract of spectally.exit_codes, as each command applies it (also in the README).
-EXIT_COMMON = (
-    "70 internal error (a bug in spectally: one line on stderr, the full report in a temp file"
-    " whose path it prints); 130 interrupted (Ctrl-C). Several files: the most severe code"
-    " (70 > 130 > 2 > 1 > 3 > 0)."
-)
+EXIT_TAIL = f"{EXIT_COMMON} {EXIT_SEVERAL}"
 EXIT_HELP = (
     "Exit codes: 0 every log agrees with the reference; 1 a divergence (the first divergent"
     " line is printed as file:line:column with the record, expected and actual counters and"
@@ -30,12 +26,12 @@ EXIT_HELP = (
     " misplaced record, an unreadable or corrupt file, a header whose engine version has no"
     " counting profile (the message names --force-profile), printed as file:line:column:"
     " reason; an unknown --force-profile);"
-    " 3 incomplete (the log ends before its totals record: what was present agreed); " + EXIT_COMMON
+    " 3 incomplete (the log ends before its totals record: what was present agreed); " + EXIT_TAIL
 )
 IMPORT_EXIT_HELP = (
     "Exit codes: 0 every check holds (notes explain what is tolerated); 1 a violation;"
     " 2 bad input or usage (unreadable, malformed or oversized input, or nothing to check,"
-    " printed as file:line:column: reason); " + EXIT_COMMON
+    " printed as file:line:column: reason); " + EXIT_TAIL
 )
 
 
@@ -140,7 +136,14 @@ def replay(
     the reference's merge (both profiles), per engine (header engine_index and config), and
     the legacy -> rfc shift of the fleet.
     """
-    from .fleet import ReplayOptions, fleet_summary, render_fleet, run_fleet, usable_cores
+    from .fleet import (
+        BackendUnavailable,
+        ReplayOptions,
+        fleet_summary,
+        render_fleet,
+        run_fleet,
+        usable_cores,
+    )
 
     if ray_address is not None and jobs is not None:
         raise click.UsageError("--jobs and --ray exclude each other (Ray schedules the tasks)")
@@ -172,28 +175,24 @@ def replay(
         )
     except KeyboardInterrupt:
         click.echo("spectally replay: interrupted (workers stopped)", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except RuntimeError as exc:
-        from .fleet.ray import RayUnavailable
-
-        if not isinstance(exc, RayUnavailable):
-            raise
+        sys.exit(ExitCode.INTERRUPTED)
+    except BackendUnavailable as exc:
         click.echo(f"spectally replay: {exc}", err=True)
         if exc.stuck:  # Ray's connect is still retrying in a thread that exit would wait for
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(int(ExitCode.BAD_INPUT))
-        sys.exit(int(ExitCode.BAD_INPUT))
+        sys.exit(ExitCode.BAD_INPUT)
     if len(outcomes) == 1:
         if as_json:
             click.echo(json.dumps(outcomes[0].result, indent=2))
-        sys.exit(outcomes[0].exit_code)
+        sys.exit(ExitCode(outcomes[0].exit_code))
     summary = fleet_summary(outcomes, metrics)
     if as_json:
         click.echo(json.dumps({"files": [o.result for o in outcomes], "fleet": summary}, indent=2))
     else:
         click.echo(render_fleet(summary))
-    sys.exit(summary["exit_code"])
+    sys.exit(ExitCode(summary["exit_code"]))
 
 
 @click.group("import", epilog=IMPORT_EXIT_HELP)

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from spectally.reference.machine import Outcome
 
 from .jit import compile_kernels
 
@@ -61,13 +62,7 @@ Bools = np.ndarray[Any, np.dtype[np.bool_]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 Words = np.ndarray[Any, np.dtype[np.uint64]]
 
-OUTCOMES = (
-    "applied",
-    "discarded_finished",
-    "discarded_aborted",
-    "discarded_preempted",
-    "discarded_stale",
-)
+OUTCOMES = tuple(o.value for o in Outcome)
 # The values of a taken line, in this order (`Scan.values` columns).
 COLUMNS = (
     "step",

@@ -28,6 +28,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
+from spectally.exit_codes import Verdict
 from spectally.reference.counters import Counters
 from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
@@ -395,13 +396,13 @@ class Columnar:
             # What the reference replay says of this log: everything before the cut line
             # read without a divergence (checked here, and more), then the cut line.
             return ReplayResult(
-                self.path, "bad_input", [], self.bad_last, {}, [], None, checker="columnar"
+                self.path, Verdict.BAD_INPUT, [], self.bad_last, {}, [], None, checker="columnar"
             )
         if not complete:
             # An incomplete log: everything present agreed (reference_replay.finish).
             self.tally.open_requests = still_open
         summary = make_summary(self.path, header, self.tally, counters, self.force_profile)
-        status = "agree" if complete else "incomplete"
+        status = Verdict.AGREE if complete else Verdict.INCOMPLETE
         return ReplayResult(
             self.path, status, [], None, summary, self.notes, counters, checker="columnar"
         )

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
+from spectally.exit_codes import Verdict
+
 from .profiles import check_profile
 from .records import BadInput, iter_lines
 from .reference_replay import Replayer, StopReplay
@@ -174,13 +176,13 @@ def replay_reference(
         if bar is not None and own_bar:
             bar.close()
     if bad is not None:
-        status = "bad_input"
+        status = Verdict.BAD_INPUT
     elif replayer.divergences:
-        status = "diverge"
+        status = Verdict.DIVERGE
     elif replayer.totals_record is None:
-        status = "incomplete"
+        status = Verdict.INCOMPLETE
     else:
-        status = "agree"
+        status = Verdict.AGREE
     summary: dict[str, Any] = {}
     totals = None
     if replayer.header is not None and replayer.engine is not None and bad is None:

@@ -32,10 +32,12 @@ import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
+from spectally.reference.errors import SpectallyError
+
 from .limits import MAX_DEPTH, MAX_INT, MAX_LINE_BYTES, digits_too_long
 
 
-class BadInput(Exception):
+class BadInput(SpectallyError):
     """A malformed or misplaced record; ``str()`` is ``file:line:column: reason``."""
 
     def __init__(self, path: str, line: int, column: int, reason: str) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectally.reference.arith import INT_ARITH, Arith, B, N
+from spectally.reference.errors import SpectallyError
 from spectally.reference.events import (
     Abort,
     Accept,
@@ -46,6 +47,7 @@ from spectally.reference.events import (
     Truncate,
     Verify,
 )
+from spectally.reference.machine import Outcome
 from spectally.reference.step import Mode
 
 Record = dict[str, Any]
@@ -58,19 +60,15 @@ LEGACY_MAX_VERSION = (0, 33)
 
 # The outcome a lifecycle event gives to the blocks it discards (machine.Outcome values).
 LIFECYCLE_OUTCOME = {
-    "finish": "discarded_finished",
-    "abort": "discarded_aborted",
-    "preempt": "discarded_preempted",
+    "finish": Outcome.DISCARDED_FINISHED.value,
+    "abort": Outcome.DISCARDED_ABORTED.value,
+    "preempt": Outcome.DISCARDED_PREEMPTED.value,
 }
-HELD_ACCEPT_OUTCOMES = frozenset(("discarded_stale",))
-# Blocks a lifecycle event discards: their records carry no Accept (see `translate_block`).
-LIFECYCLE_DISCARDED = frozenset(LIFECYCLE_OUTCOME.values())
-DISCARDED_OUTCOMES = frozenset(
-    ("discarded_finished", "discarded_aborted", "discarded_preempted", "discarded_stale")
-)
+HELD_ACCEPT_OUTCOMES = frozenset((Outcome.DISCARDED_STALE.value,))
+DISCARDED_OUTCOMES = frozenset(o.value for o in Outcome if o is not Outcome.APPLIED)
 
 
-class Untranslatable(Exception):
+class Untranslatable(SpectallyError):
     """A record no reference event sequence can express (e.g. scheduled above what was offered).
 
     ``field`` names the record field at fault, for the column of the report.

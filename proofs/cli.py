@@ -14,6 +14,7 @@ import sys
 import time
 
 import click
+from spectally.exit_codes import ExitCode
 
 from .obligations import DEFAULT_RLIMIT, SAFETY_TIMEOUT_MS, Budget
 from .runner import run_all, select
@@ -80,4 +81,4 @@ def prove(
             + ("all as expected" if ok else "NOT as expected: " + ", ".join(bad))
         )
     if not ok:
-        sys.exit(1)
+        sys.exit(ExitCode.DIVERGENCE)

@@ -29,8 +29,8 @@ from typing import Any, TypeGuard
 
 from spectally.reference import events as ev
 from spectally.reference.counters import Counters
-from spectally.reference.errors import IllegalEvent, InvariantViolation
-from spectally.reference.machine import Engine, EngineConfig, step_counts
+from spectally.reference.errors import IllegalEvent, InvariantViolation, SpectallyError
+from spectally.reference.machine import Engine, EngineConfig, Outcome, step_counts
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.step import Mode, StepQuery, token_fates
 
@@ -93,16 +93,10 @@ EVENT_FIELDS: dict[str, tuple[type, dict[str, type], dict[str, type]]] = {
     "Preempt": (ev.Preempt, {"request": str, "step": int}, {"drop_stale_output": bool}),
 }
 
-OUTCOMES = (
-    "applied",
-    "discarded_finished",
-    "discarded_aborted",
-    "discarded_preempted",
-    "discarded_stale",
-)
+OUTCOMES = tuple(o.value for o in Outcome)
 
 
-class VectorFormatError(ValueError):
+class VectorFormatError(SpectallyError, ValueError):
     """vectors.json does not have the documented shape. The message names the JSON path."""
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+from spectally.exit_codes import ExitCode
 from spectally.spec.vectors import VectorFormatError, load, run_vector
 
 
@@ -26,7 +27,7 @@ def vectors(path: Path | None, as_json: bool, verbose: bool) -> None:
         doc = load(path)
     except VectorFormatError as exc:
         click.echo(f"spectally vectors: malformed vectors file: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(ExitCode.BAD_INPUT)
     tol = float(doc["float_tolerance"])
     results = [run_vector(vec, tol) for vec in doc["vectors"]]
     failed = [r for r in results if not r.ok]
@@ -50,4 +51,4 @@ def vectors(path: Path | None, as_json: bool, verbose: bool) -> None:
                 click.echo(f"       {m}")
         click.echo(f"{len(results) - len(failed)} of {len(results)} vectors passed")
     if failed:
-        sys.exit(1)
+        sys.exit(ExitCode.DIVERGENCE)

@@ -5,7 +5,8 @@ The public face, what the ``replay`` command and a user import:
 
 - `run_fleet`: every file's `FileOutcome`, in input order, from either backend;
 - `ReplayOptions`, `FileOutcome`, `EngineInfo`, `replay_one`, `read_engine_info` (`job`): one
-  file, the unit of work both backends run;
+  file, the unit of work both backends run; `BackendUnavailable`, what a backend raises when it
+  cannot run (bad usage, exit 2);
 - `replay_local`, `usable_cores` (`local`): the local backend;
 - `fleet_summary`, `render_fleet` (`report`): the merged report as data and as text.
 
@@ -17,11 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from .job import EngineInfo, FileOutcome, ReplayOptions, read_engine_info, replay_one
+from .job import (
+    BackendUnavailable,
+    EngineInfo,
+    FileOutcome,
+    ReplayOptions,
+    read_engine_info,
+    replay_one,
+)
 from .local import replay_local, usable_cores
 from .report import fleet_summary, render_fleet
 
 __all__ = [
+    "BackendUnavailable",
     "EngineInfo",
     "FileOutcome",
     "ReplayOptions",

@@ -15,10 +15,20 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from spectally.exit_codes import ExitCode
+from spectally.exit_codes import ExitCode, Verdict
 from spectally.reference.counters import Counters
+from spectally.reference.errors import SpectallyError
 
 from ..replay import render_summary, replay_file, result_json
+
+
+class BackendUnavailable(SpectallyError):
+    """A fleet backend cannot run the files (Ray missing or unreachable): bad usage, exit 2.
+    ``stuck``: a call is still hanging in a background thread (exit without waiting)."""
+
+    def __init__(self, message: str, *, stuck: bool = False) -> None:
+        super().__init__(message)
+        self.stuck = stuck
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,7 @@ class FileOutcome:
     pickled form does not rebuild, so nothing but this crosses a process boundary)."""
 
     path: str
-    status: str
+    status: Verdict
     exit_code: int
     report: str  # render_summary(result): exactly what a sequential run prints for this file
     report_to_stderr: bool  # bad input goes to stderr, like the sequential command
@@ -139,13 +149,13 @@ def internal_error(path: str, exc: Exception) -> FileOutcome:
     )
     return FileOutcome(
         path=path,
-        status="internal_error",
+        status=Verdict.INTERNAL_ERROR,
         exit_code=int(ExitCode.INTERNAL_ERROR),
         report=line,
         report_to_stderr=True,
         result={
             "path": path,
-            "status": "internal_error",
+            "status": Verdict.INTERNAL_ERROR,
             "exit_code": int(ExitCode.INTERNAL_ERROR),
             "internal_error": line,
             "report": report_path,

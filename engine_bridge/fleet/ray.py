@@ -25,16 +25,19 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .job import FileOutcome, ReplayOptions, internal_error, regular_file, replay_one
+from .job import (
+    BackendUnavailable,
+    FileOutcome,
+    ReplayOptions,
+    internal_error,
+    regular_file,
+    replay_one,
+)
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(BackendUnavailable):
     """Ray is missing, the cluster cannot be reached, or its workers cannot run spectally.
     ``stuck``: a Ray call is still hanging in a background thread (exit without waiting)."""
-
-    def __init__(self, message: str, *, stuck: bool = False) -> None:
-        super().__init__(message)
-        self.stuck = stuck
 
 
 # ray.init retries an unreachable GCS for minutes on end; no answer in this long is an error.

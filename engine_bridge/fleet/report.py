@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spectally.exit_codes import ExitCode, combine
+from spectally.exit_codes import ExitCode, Verdict, combine
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters, position_zero
 from spectally.reference.metrics import derived_metrics, legacy_metrics
@@ -23,14 +23,6 @@ from spectally.reference.metrics import derived_metrics, legacy_metrics
 from ..profiles import FORCE_FLAG
 from ..report import SHIFT_TERMS, explain_shift
 from .job import EngineInfo, FileOutcome
-
-STATUS_WORDS = {
-    "agree": "AGREE",
-    "diverge": "DIVERGE",
-    "bad_input": "BAD INPUT",
-    "incomplete": "INCOMPLETE",
-    "internal_error": "INTERNAL ERROR",
-}
 
 
 def widen(c: Counters, k: int) -> Counters:
@@ -99,7 +91,7 @@ def check_scrape(
     log agrees; otherwise the merged totals miss the failing logs' counts."""
     from ..importers.prometheus import read_scrapes, spec_totals
 
-    if merged is None or any(o.status != "agree" for o in outcomes):
+    if merged is None or any(o.status != Verdict.AGREE for o in outcomes):
         return {"scrape": metrics, "checked": False, "why": "not every log agrees"}
     scrapes = read_scrapes([metrics])
     if not scrapes:
@@ -134,7 +126,7 @@ def fleet_summary(outcomes: Sequence[FileOutcome], metrics: str | None = None) -
     the per-engine breakdown, each failing file's first divergence, the fleet's legacy -> rfc
     shift, and with ``metrics`` the merged totals against the scrape's engines summed. Built
     from the outcomes in input order only, so it does not depend on scheduling."""
-    agreeing = [o for o in outcomes if o.status == "agree" and o.totals is not None]
+    agreeing = [o for o in outcomes if o.status == Verdict.AGREE and o.totals is not None]
     merged = merge_totals([o.totals for o in agreeing if o.totals is not None])
     groups: dict[EngineInfo | None, _Group] = {}
     for o in outcomes:
@@ -142,7 +134,7 @@ def fleet_summary(outcomes: Sequence[FileOutcome], metrics: str | None = None) -
     engines = []
     for info in sorted(groups, key=_engine_sort_key):
         g = groups[info]
-        ok = [o.totals for o in g.files if o.status == "agree" and o.totals is not None]
+        ok = [o.totals for o in g.files if o.status == Verdict.AGREE and o.totals is not None]
         engines.append(
             {
                 "engine": None if info is None else info.to_dict(),
@@ -165,7 +157,7 @@ def fleet_summary(outcomes: Sequence[FileOutcome], metrics: str | None = None) -
             codes.append(ExitCode.DIVERGENCE)
     return {
         "logs": len(outcomes),
-        "agree": sum(1 for o in outcomes if o.status == "agree"),
+        "agree": sum(1 for o in outcomes if o.status == Verdict.AGREE),
         "statuses": _counts(outcomes),
         "exit_code": int(combine(codes)),
         "files": [
@@ -179,7 +171,7 @@ def fleet_summary(outcomes: Sequence[FileOutcome], metrics: str | None = None) -
             for o in outcomes
         ],
         "merged": _totals_view(merged, len(agreeing)),
-        "excluded_from_totals": [o.path for o in outcomes if o.status != "agree"],
+        "excluded_from_totals": [o.path for o in outcomes if o.status != Verdict.AGREE],
         "engines": engines,
         "shift": shift,
         "metrics": scrape,
@@ -231,7 +223,7 @@ def _totals_lines(view: dict[str, Any], indent: str) -> list[str]:
 def _scrape_lines(scrape: dict[str, Any]) -> list[str]:
     if not scrape["checked"]:
         return [f"fleet metrics ({scrape['scrape']}): not checked: {scrape['why']}"]
-    verdict = "AGREE" if scrape["agree"] else "DIVERGE"
+    verdict = (Verdict.AGREE if scrape["agree"] else Verdict.DIVERGE).label
     out = [
         f"fleet metrics: {verdict}: merged vllm-legacy totals of the logs (engines"
         f" {', '.join(scrape['log_engines']) or '-'}) vs the last scrape summed over its engine"
@@ -256,8 +248,8 @@ def render_fleet(summary: dict[str, Any]) -> str:
     width = max(len(f["path"]) for f in summary["files"])
     for f in summary["files"]:
         engine = "engine ?" if f["engine_index"] is None else f"engine {f['engine_index']}"
-        out.append(f"  {f['path'].ljust(width)}  {STATUS_WORDS[f['status']]:<14} {engine}")
-        if f["first_divergence"] is not None and f["status"] != "agree":
+        out.append(f"  {f['path'].ljust(width)}  {Verdict(f['status']).label:<14} {engine}")
+        if f["first_divergence"] is not None and f["status"] != Verdict.AGREE:
             out.append(f"    first: {f['first_divergence']}")
     out.append("per engine (header engine_index and config):")
     for e in summary["engines"]:

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from spectally.exit_codes import ExitCode
+
 OK = "ok"
 NOTE = "note"
 VIOLATION = "violation"
@@ -39,6 +41,7 @@ def render_findings(findings: Iterable[Finding], *, verbose: bool = True) -> str
     return "\n".join(lines)
 
 
-def exit_code(findings: Iterable[Finding]) -> int:
-    """0 when nothing is violated, 1 otherwise."""
-    return 1 if any(f.verdict == VIOLATION for f in findings) else 0
+def exit_code(findings: Iterable[Finding]) -> ExitCode:
+    """OK when nothing is violated, DIVERGENCE otherwise."""
+    violated = any(f.verdict == VIOLATION for f in findings)
+    return ExitCode.DIVERGENCE if violated else ExitCode.OK
