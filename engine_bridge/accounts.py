@@ -12,7 +12,15 @@ from spectally.reference.events import Event
 from spectally.reference.step import LegacyStepCounts
 
 from .records import BadInput, Record
-from .report import LEGACY_FIELDS, Divergence, fmt, rows
+from .report import (
+    LEGACY_FIELDS,
+    Divergence,
+    ReplayedLog,
+    ReportedSums,
+    RequestView,
+    StepBlocks,
+    rows,
+)
 from .translate import Header
 
 
@@ -65,11 +73,11 @@ class StepAccount:
         rec: Record | None,
         actual: tuple[int, int, int, list[int]],
         last_line: int,
-        describe: Callable[[str], str],
+        view: Callable[[str], RequestView],
     ) -> Divergence | None:
         """The step's step_stats record (``rec`` at ``line``; None: the engine wrote none,
         ``actual`` zeros) against this account; None when they agree. The report lists the
-        step's blocks, each request described by ``describe``; a missing record is reported
+        step's blocks, each request as ``view`` shows it; a missing record is reported
         at the step's last block (``last_line`` if it had none)."""
         expected = self.values()
         if expected == actual:
@@ -83,10 +91,18 @@ class StepAccount:
             bad = [n for n, e, a in table if e != a]
             reason = f"{', '.join(bad)} differ from the sum of legacy_step over the step's blocks"
             where = line
-        state = [f"step {self.step} blocks (line: request -> legacy drafts/tokens/accepted):"]
-        for bline, rid, (nd, nt, na) in self.blocks:
-            state.append(f"  line {bline}: {rid!r} -> {nd}/{nt}/{na}; {describe(rid)}")
-        return Divergence(log_path, where, 1, "step_stats", self.step, reason, rec, table, state)
+        blocks = tuple((bline, rid, counts, view(rid)) for bline, rid, counts in self.blocks)
+        return Divergence(
+            log_path,
+            where,
+            "step_stats",
+            self.step,
+            reason,
+            rec,
+            table,
+            StepBlocks(self.step, blocks),
+            rule="L1",
+        )
 
 
 @dataclass
@@ -108,20 +124,22 @@ class Claim:
     record: Record
 
 
+# A request_step field the engine reports: the report's reason when it differs, and the rule of
+# SPEC.md that fixes the reference's value.
 _BLOCK_REASONS = {
-    "scheduled": "scheduled slots differ from the reference's schedule of this block",
-    "invalid": "num_invalid_spec_tokens differs from the reference's count",
-    "accepted": "accepted is not max(sampled - 1, 0)",
-    "outcome": "the block's outcome differs from the reference's",
+    "scheduled": ("scheduled slots differ from the reference's schedule of this block", "L2"),
+    "invalid": ("num_invalid_spec_tokens differs from the reference's count", "L2"),
+    "accepted": ("accepted is not max(sampled - 1, 0)", "L3"),
+    "outcome": ("the block's outcome differs from the reference's", "E6"),
 }
 
 
-def block_mismatch(table: list[tuple[str, Any, Any]]) -> tuple[str, str] | None:
+def block_mismatch(table: list[tuple[str, Any, Any]]) -> tuple[str, str, str] | None:
     """The first of a request_step record's ``scheduled`` / ``invalid`` / ``accepted`` /
     ``outcome`` (``table``: name, the reference's, the record's) that differs, with the
-    report's reason; None when all agree."""
+    report's reason and the rule; None when all agree."""
     bad = next((name for name, expected, actual in table if expected != actual), None)
-    return None if bad is None else (bad, _BLOCK_REASONS[bad])
+    return None if bad is None else (bad, *_BLOCK_REASONS[bad])
 
 
 def metrics_divergence(
@@ -143,14 +161,14 @@ def metrics_divergence(
     return Divergence(
         last.path,
         last.line,
-        1,
         "metrics",
         None,
         f"the final Prometheus scrape ({last.path}) differs from the reference's"
         " vllm-legacy totals",
         None,
         table,
-        [f"replayed log: {log_path}"],
+        ReplayedLog(log_path),
+        rule="REP-1",
     )
 
 
@@ -172,13 +190,13 @@ def totals_divergence(
     return Divergence(
         log_path,
         line,
-        1,
         "totals",
         None,
         f"the totals record ({rec['source']}) differs from the reference's vllm-legacy totals",
         rec,
         table,
-        [f"sum of step_stats records: {fmt(list(reported[:3]))} per_pos {fmt(reported[3])}"],
+        ReportedSums(tuple(reported[:3]), list(reported[3])),
+        rule="L1",
     )
 
 

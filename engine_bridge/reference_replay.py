@@ -52,9 +52,9 @@ from .profiles import check_profile, no_profile_reason, resolve
 from .records import BadInput, Record, exported_counters, parse_line
 from .report import (
     Divergence,
+    RequestView,
     Tally,
     column,
-    counter_lines,
     rows,
     shift_terms,
     stats_not_compared,
@@ -159,14 +159,14 @@ class Replayer:
                 if complete and claim is not None and rid not in self.quarantined:
                     self._diverge(
                         claim.line,
-                        1,
                         "end",
                         block.step,
                         f"the record claims {claim.outcome}, but no later record closes the"
                         f" block: still open at the end of the log ({where})",
                         claim.record,
                         [("outcome", "open", claim.outcome)],
-                        self._state(rid),
+                        self._view(rid),
+                        rule="E6",
                     )
         if not complete:
             self.tally.open_requests = len(self.engine.requests)
@@ -231,13 +231,14 @@ class Replayer:
         status, at = ended
         self._diverge(
             line,
-            column(rec, "request"),
             rec["record"],
             rec.get("step"),
             f"request already {status} (line {at})",
             rec,
             [],
-            [f"request {rid!r}: {status} at line {at}"],
+            RequestView(rid, ended=(status, at)),
+            at="request",
+            rule="E2",
         )
         self.quarantined[rid] = line
         return None
@@ -283,14 +284,7 @@ class Replayer:
         except Untranslatable as exc:
             self.account.tainted = f"line {line} could not be translated"
             self._diverge(
-                line,
-                column(rec, exc.field),
-                "request_step",
-                step,
-                exc.reason,
-                rec,
-                [],
-                self._state(rid),
+                line, "request_step", step, exc.reason, rec, [], self._view(rid), at=exc.field
             )
             return
         for event in plan.events:
@@ -338,10 +332,10 @@ class Replayer:
         ]
         mismatch = block_mismatch(table)
         if mismatch is not None:
-            bad, reason = mismatch
+            bad, reason, rule = mismatch
             self.account.tainted = f"line {line} diverged"
             self._diverge(
-                line, column(rec, bad), "request_step", step, reason, rec, table, self._state(rid)
+                line, "request_step", step, reason, rec, table, self._view(rid), at=bad, rule=rule
             )
             return
         self.account.add(line, rid, lg)
@@ -398,7 +392,7 @@ class Replayer:
             self.notes.append(f"step {account.step}: step_stats not compared ({account.tainted})")
             return
         self.tally.checked += 1
-        divergence = account.divergence(self.path, line, rec, actual, self.line, self._describe)
+        divergence = account.divergence(self.path, line, rec, actual, self.line, self._view)
         if divergence is not None:
             self._add(divergence)
 
@@ -413,19 +407,20 @@ class Replayer:
             rid = getattr(event, "request", None)
             self._diverge(
                 line,
-                1,
                 rec["record"],
                 rec.get("step"),
                 f"the reference rejects {event_text(event)}: {exc.reason}",
                 rec,
                 [],
-                [f"request {rid!r}: {exc.state}", *self._counters(rid)],
+                self._rejected(rid, exc.state),
             )
             if rid is not None:
                 self.quarantined[rid] = line
             return False
         except InvariantViolation as exc:  # the reference itself is wrong: say so loudly
-            self._diverge(line, 1, "invariant", rec.get("step"), str(exc), rec, [], [])
+            self._diverge(
+                line, "invariant", rec.get("step"), str(exc), rec, rule=exc.name.split()[0]
+            )
             return False
         for c in closed:
             claim = self.claims.pop((c.request, c.step), None)
@@ -433,14 +428,15 @@ class Replayer:
                 continue
             self._diverge(
                 claim.line,
-                column(claim.record, "outcome"),
                 "request_step",
                 c.step,
                 f"the record claims {claim.outcome}; the reference closes the block as"
                 f" {c.outcome.value} (at line {line}: {event_text(event)})",
                 claim.record,
                 [("outcome", c.outcome.value, claim.outcome)],
-                self._state(c.request),
+                self._view(c.request),
+                at="outcome",
+                rule="E6",
             )
         return True
 
@@ -452,13 +448,13 @@ class Replayer:
         except IllegalEvent as exc:
             self._diverge(
                 line,
-                column(rec, "accepted"),
                 "request_step",
                 rec["step"],
                 f"the reference rejects {event_text(accept)}: {exc.reason}",
                 rec,
                 [],
-                [f"request {accept.request!r}: {exc.state}", *self._counters(accept.request)],
+                self._rejected(accept.request, exc.state),
+                at="accepted",
             )
             self.quarantined[accept.request] = line
             return None
@@ -494,28 +490,35 @@ class Replayer:
         if bad is not None:
             self._diverge(
                 line,
-                column(rec, "delivered"),
                 "request_step",
                 rec["step"],
                 bad.reason,
                 rec,
                 [("delivered", bad.expected, bad.actual)],
-                self._state(rec["request"]),
+                self._view(rec["request"]),
+                at="delivered",
+                rule="E6",
             )
 
     def _diverge(
         self,
         line: int,
-        col: int,
         kind: str,
         step: int | None,
         reason: str,
         rec: Record | None,
-        table: list[tuple[str, Any, Any]],
-        state: list[str],
-        path: str | None = None,
+        table: list[tuple[str, Any, Any]] | None = None,
+        state: RequestView | None = None,
+        *,
+        at: str | None = None,
+        rule: str | None = None,
     ) -> None:
-        self._add(Divergence(path or self.path, line, col, kind, step, reason, rec, table, state))
+        """Record a divergence as data (`Divergence`); the report renders it at the end."""
+        self._add(
+            Divergence(
+                self.path, line, kind, step, reason, rec, table or [], state, at=at, rule=rule
+            )
+        )
 
     def _add(self, divergence: Divergence) -> None:
         self.tally.failed += 1
@@ -523,22 +526,16 @@ class Replayer:
         if len(self.divergences) >= self.max_divergences:
             raise StopReplay
 
-    def _describe(self, rid: str) -> str:
+    def _view(self, rid: str) -> RequestView:
+        """The reference's state of ``rid`` now: open, ended (how, where) or unknown."""
         assert self.engine is not None
-        state = self.engine.requests.get(rid)
-        if state is not None:
-            kind = "structured" if state.structured else "unstructured"
-            return f"{kind}, {state.describe()}"
-        ended = self.ended.get(rid)
-        return f"{ended[0]} at line {ended[1]}" if ended else "unknown"
+        return RequestView(rid, self.engine.requests.get(rid), self.ended.get(rid))
 
-    def _state(self, rid: str) -> list[str]:
-        return [f"request {rid!r}: {self._describe(rid)}", *self._counters(rid)]
-
-    def _counters(self, rid: str | None) -> list[str]:
+    def _rejected(self, rid: str | None, words: str) -> RequestView:
+        """``rid`` as the reference saw it when it rejected an event (`IllegalEvent.state`)."""
         assert self.engine is not None
         state = self.engine.requests.get(rid) if rid is not None else None
-        return [] if state is None else counter_lines(state.counters)
+        return RequestView(rid, state, rejected=words)
 
     def _per_pos_length(self, line: int, rec: Record) -> None:
         n = len(rec["num_accepted_tokens_per_pos"])
@@ -556,7 +553,9 @@ class Replayer:
         try:
             check_invariants(totals)
         except InvariantViolation as exc:
-            self._diverge(self.line, 1, "invariant", self.step, str(exc), None, [], [])
+            self._diverge(
+                self.line, "invariant", self.step, str(exc), None, rule=exc.name.split()[0]
+            )
         ref = (*self.legacy_sum, self.legacy_pos)
         machine = (
             totals.legacy.num_drafts,
@@ -568,13 +567,11 @@ class Replayer:
         if self.totals_record is not None and not self.divergences and tuple(ref) != machine:
             self._diverge(
                 self.line,
-                1,
                 "internal",
                 self.step,
                 "the engine totals of the reference differ from the replay's per-block sums",
                 None,
                 rows(ref, machine),
-                [],
             )
         if self.totals_record is not None:
             line, rec = self.totals_record

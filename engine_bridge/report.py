@@ -10,8 +10,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectally.exit_codes import ExitCode, Verdict
 from spectally.reference.arith import Arith, B, N
 from spectally.reference.counters import Counters
+from spectally.reference.machine import RequestState
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.step import LegacyStepCounts, Mode, StepInputs, pipeline
 
@@ -20,22 +22,95 @@ from .records import BadInput, Record
 from .translate import Header
 
 LEGACY_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
-STATUS_EXIT = {"agree": 0, "diverge": 1, "bad_input": 2, "incomplete": 3}  # spectally.exit_codes
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """The reference's state of one request when a divergence is found, as values. The
+    reference's states are frozen, so this is a snapshot, rendered when the report is."""
+
+    request: str | None
+    state: RequestState | None = None  # the request while open
+    ended: tuple[str, int] | None = None  # how it ended and at which line, once closed
+    rejected: str | None = None  # the reference's words for the state that rejected an event
+
+    def description(self) -> str:
+        if self.state is not None:
+            kind = "structured" if self.state.structured else "unstructured"
+            return f"{kind}, {self.state.describe()}"
+        return f"{self.ended[0]} at line {self.ended[1]}" if self.ended else "unknown"
+
+    def lines(self) -> list[str]:
+        words = self.description() if self.rejected is None else self.rejected
+        counters = [] if self.state is None else counter_lines(self.state.counters)
+        return [f"request {self.request!r}: {words}", *counters]
+
+
+@dataclass(frozen=True)
+class StepBlocks:
+    """The blocks a step's account summed (line, request, legacy drafts/tokens/accepted, the
+    request's state): the state of a step_stats divergence."""
+
+    step: int
+    blocks: tuple[tuple[int, str, tuple[int, int, int], RequestView], ...]
+
+    def lines(self) -> list[str]:
+        out = [f"step {self.step} blocks (line: request -> legacy drafts/tokens/accepted):"]
+        for line, rid, (nd, nt, na), view in self.blocks:
+            out.append(f"  line {line}: {rid!r} -> {nd}/{nt}/{na}; {view.description()}")
+        return out
+
+
+@dataclass(frozen=True)
+class ReportedSums:
+    """The sum of the log's step_stats records: the state of a totals divergence."""
+
+    legacy: tuple[int, ...]  # num_drafts, num_draft_tokens, num_accepted_tokens
+    per_position: list[int]
+
+    def lines(self) -> list[str]:
+        return [
+            f"sum of step_stats records: {fmt(list(self.legacy))} per_pos {fmt(self.per_position)}"
+        ]
+
+
+@dataclass(frozen=True)
+class ReplayedLog:
+    """The log a metrics scrape was compared with: the state of a metrics divergence."""
+
+    path: str
+
+    def lines(self) -> list[str]:
+        return [f"replayed log: {self.path}"]
+
+
+State = RequestView | StepBlocks | ReportedSums | ReplayedLog
 
 
 @dataclass
 class Divergence:
-    """One disagreement between the log and the reference."""
+    """One disagreement between the log and the reference, as data: where, the counters
+    expected and found (``rows``), the reference's state (``state``), the record's field at
+    fault (``at``: the report's column) and the rule of SPEC.md the log breaks (``rule``, where
+    one rule names it). `render` and `to_dict` write the report from it."""
 
     path: str
     line: int
-    column: int
     kind: str
     step: int | None
     reason: str
     record: Record | None = None
     rows: list[tuple[str, Any, Any]] = field(default_factory=list)
-    state: list[str] = field(default_factory=list)
+    state: State | None = None
+    at: str | None = None
+    rule: str | None = None
+
+    @property
+    def column(self) -> int:
+        return 1 if self.at is None or self.record is None else column(self.record, self.at)
+
+    def state_lines(self) -> list[str]:
+        return [] if self.state is None else self.state.lines()
 
     def render(self) -> str:
         out = [f"{self.path}:{self.line}:{self.column}: divergence ({self.kind}): {self.reason}"]
@@ -50,9 +125,10 @@ class Divergence:
                 out.append(
                     f"  {name.ljust(width)}  {fmt(expected).ljust(exp_w)}  {fmt(actual)}{mark}"
                 )
-        if self.state:
+        state = self.state_lines()
+        if state:
             out.append("  reference state:")
-            out.extend(f"    {line}" for line in self.state)
+            out.extend(f"    {line}" for line in state)
         return "\n".join(out)
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,14 +141,15 @@ class Divergence:
             "reason": self.reason,
             "record": self.record,
             "counters": [{"name": n, "expected": e, "actual": a} for n, e, a in self.rows],
-            "state": self.state,
+            "state": self.state_lines(),
+            "rule": self.rule,
         }
 
 
 @dataclass
 class ReplayResult:
     path: str
-    status: str  # "agree", "diverge", "bad_input", "incomplete"
+    status: Verdict  # never INTERNAL_ERROR: that is the fleet's, for a file whose replay failed
     divergences: list[Divergence]
     bad_input: BadInput | None
     summary: dict[str, Any]
@@ -83,8 +160,8 @@ class ReplayResult:
     checker: str = "reference"
 
     @property
-    def exit_code(self) -> int:
-        return STATUS_EXIT[self.status]
+    def exit_code(self) -> ExitCode:
+        return self.status.exit_code
 
 
 def fmt(value: Any) -> str:
@@ -315,11 +392,9 @@ def render_summary(result: ReplayResult) -> str:
     out: list[str] = []
     for d in result.divergences:
         out.append(d.render())
-    verdict = {
-        "agree": "AGREE",
-        "diverge": f"DIVERGE ({len(result.divergences)} shown)",
-        "incomplete": "INCOMPLETE",
-    }[result.status]
+    verdict = result.status.label
+    if result.status is Verdict.DIVERGE:
+        verdict += f" ({len(result.divergences)} shown)"
     forced = s["profile_forced"]
     out.append(
         f"{result.path}: {verdict} with the {s['profile']} profile{' FORCED' if forced else ''}"
@@ -327,7 +402,7 @@ def render_summary(result: ReplayResult) -> str:
     )
     if forced:
         out.append(f"  {forced_text(forced)}")
-    if result.status == "incomplete":
+    if result.status is Verdict.INCOMPLETE:
         out.append(
             "  the log ends before its totals record: everything present agreed, but the run"
             f" cannot be judged whole; {s['incomplete']['open_requests']} requests still open"
