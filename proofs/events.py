@@ -359,6 +359,7 @@ def _giv(c: RfcStepCounts[Num] | RfcTotals[Num]) -> Num:
     return c.fates.grammar_invalid_verified
 
 
+# [THM-1] sync and async give the same counts, up to grammar_invalid_verified
 def related(
     cs: RfcStepCounts[Num] | RfcTotals[Num], ca: RfcStepCounts[Num] | RfcTotals[Num]
 ) -> list[tuple[str, Cond]]:

@@ -725,6 +725,7 @@ def all_properties() -> list[Property]:
         Property("metrics:bounds", "rfc", "both", "proved", _metrics),
         Property("metrics:identities", "rfc", "both", "proved", evp.metric_identities),
         Property("merge:monoid", "all", "both", "proved", _merge_laws),
+        # [LX-1] legacy drafted >= verified: proved in sync, refuted in async
         Property(
             "legacy:drafted>=verified",
             "vllm-legacy",
@@ -739,6 +740,7 @@ def all_properties() -> list[Property]:
             "refuted",
             _legacy_drafted_verified(Mode.ASYNC),
         ),
+        # [LX-2] legacy num_drafts equal under sync and async: refuted
         Property(
             "legacy:sync-async-spec-steps", "vllm-legacy", "both", "refuted", _legacy_spec_steps
         ),

@@ -16,6 +16,7 @@ from .errors import InvariantViolation
 Predicate = Callable[[Counters], "str | None"]
 
 
+# [INV-1] ordering
 def inv_ordering(c: Counters) -> str | None:
     """INV-1 ordering: drafted >= verified >= accepted >= 0."""
     r = c.rfc
@@ -24,6 +25,7 @@ def inv_ordering(c: Counters) -> str | None:
     return None
 
 
+# [INV-2] fates-partition
 def inv_fates_partition(c: Counters) -> str | None:
     """INV-2 fates partition drafted, and each fate is >= 0."""
     fates = c.fates_dict()
@@ -32,6 +34,7 @@ def inv_fates_partition(c: Counters) -> str | None:
     return None
 
 
+# [INV-3] verified-decomposition
 def inv_verified_decomposition(c: Counters) -> str | None:
     """INV-3 verified = accepted + rejected + grammar-invalid-verified; accepted fate = accepted."""
     r = c.rfc
@@ -45,6 +48,7 @@ def inv_verified_decomposition(c: Counters) -> str | None:
     return None
 
 
+# [INV-4] positions-non-increasing
 def inv_positions_non_increasing(c: Counters) -> str | None:
     """INV-4 every per-position vector is non-increasing in the position."""
     for name in ("drafted", "verified", "accepted", "legacy_accepted"):
@@ -55,6 +59,7 @@ def inv_positions_non_increasing(c: Counters) -> str | None:
     return None
 
 
+# [INV-5] positions-sum-to-totals
 def inv_positions_sum(c: Counters) -> str | None:
     """INV-5 per-position vectors sum to their totals."""
     totals = {
@@ -69,6 +74,7 @@ def inv_positions_sum(c: Counters) -> str | None:
     return None
 
 
+# [INV-6] positions-ordered
 def inv_positions_ordered(c: Counters) -> str | None:
     """INV-6 at every position: accepted_i <= verified_i <= drafted_i."""
     for i, pc in enumerate(c.positions):
@@ -79,6 +85,7 @@ def inv_positions_ordered(c: Counters) -> str | None:
     return None
 
 
+# [INV-7] spec-steps
 def inv_steps(c: Counters) -> str | None:
     """INV-7 drafted at position 0 == spec_steps (every spec step drafts >= 1) and
     accepted at position 0 <= spec_steps; drafted <= k * spec_steps."""
@@ -93,6 +100,7 @@ def inv_steps(c: Counters) -> str | None:
     return None
 
 
+# [INV-8] legacy-steps
 def inv_legacy_accepted(c: Counters) -> str | None:
     """INV-8 legacy: accepted[0] <= num_drafts, accepted <= k * num_drafts."""
     lg = c.legacy
@@ -133,6 +141,7 @@ def check_invariants(c: Counters) -> None:
             raise InvariantViolation(name, detail)
 
 
+# [INV-9] monotone
 def check_monotone(before: Counters, after: Counters) -> None:
     """INV-9 monotone: no counter ever decreases."""
     b, a = before.to_dict(), after.to_dict()
@@ -141,6 +150,7 @@ def check_monotone(before: Counters, after: Counters) -> None:
             raise InvariantViolation("INV-9 monotone", f"{path} went from {old} to {new}")
 
 
+# [INV-10] totals-are-sums
 def check_totals_are_sums(total: Counters, parts: Iterable[Counters]) -> None:
     """INV-10 totals are sums: the engine totals equal the merge of the per-request counters."""
     summed = Counters.zero(total.k)

@@ -240,6 +240,7 @@ class Engine:
         request = self._request_for(event)
         new_state, closed = self._transition(request, event)
         totals, counters = self.totals, new_state.counters
+        # [R7] each request keeps its own counters, folded by the same rules as the totals
         for c in closed:
             totals = totals.add_counts(c.rfc, c.legacy)
             counters = counters.add_counts(c.rfc, c.legacy)
@@ -247,6 +248,7 @@ class Engine:
             check_invariants(totals)
             check_invariants(counters)
             check_monotone(self.totals, totals)
+        # [E7] an illegal event changes nothing; after a legal one every invariant holds
         # Commit only now: everything above may raise.
         self.requests[request.request] = replace(new_state, counters=counters)
         self.totals = totals
@@ -278,6 +280,7 @@ class Engine:
     def _step_begin(self, event: StepBegin) -> None:
         if not _is_count(event.step):
             raise self._illegal("step must be an int >= 0", event, None, self.describe(None))
+        # [E1] steps strictly increase
         if self.current_step is not None and event.step <= self.current_step:
             raise self._illegal(
                 f"steps must increase (current step is {self.current_step})",
@@ -294,6 +297,7 @@ class Engine:
         step = event.step
         if not _is_count(step):
             raise self._illegal("step must be an int >= 0", event, rid, self.describe(rid))
+        # [E1] no event names a step that has not begun
         if self.current_step is None or step > self.current_step:
             raise self._illegal(
                 f"step {step} has not begun (current step: {self.current_step})",
@@ -302,6 +306,7 @@ class Engine:
                 self.describe(rid),
             )
         if isinstance(event, AddRequest):
+            # [E2] a request id is added once, in the current step
             if rid in self.requests:
                 raise self._illegal("request id already added", event, rid, self.describe(rid))
             if step != self.current_step:
@@ -313,6 +318,7 @@ class Engine:
             return RequestState(
                 rid, event.structured, RequestStatus.ACTIVE, (), Counters.zero(self.config.k)
             )
+        # [E2] any other event needs a request that was added and has not ended
         state = self.requests.get(rid)
         if state is None:
             raise self._illegal("unknown request", event, rid, "unknown")
@@ -356,6 +362,7 @@ class Engine:
             status, kind, outcome = RequestStatus.FINISHED, "finish", Outcome.DISCARDED_FINISHED
         else:
             status, kind, outcome = RequestStatus.ABORTED, "abort", Outcome.DISCARDED_ABORTED
+        # [E6] Finish/Abort discard every open block; Preempt those not in flight (async: stale)
         for block in state.blocks:
             discarded = self._close(state, block, kind, outcome)
             if discarded is None:  # async, in flight: its output comes back stale (rule E6)
@@ -408,10 +415,12 @@ class Engine:
 
         if not _is_count(count):
             raise illegal("count must be an int >= 0")
+        # [ATTR-1] a block event is keyed by the step that scheduled the block
         block = state.block_at(step)
         if block is None:
             if stage not in (Stage.PROPOSE, Stage.PAD):
                 raise illegal(f"no open block at step {step}: a block opens with Propose or Pad")
+            # [E3] one block per request and step, opened in the current step
             if step != self.current_step:
                 raise illegal("a block can only be opened in the current step")
             if state.last_block_step == step:
@@ -424,6 +433,7 @@ class Engine:
                 raise illegal("the previous block has not reached the target yet")
             block = Block(step, (), fresh_block(state.structured, INT_ARITH))
         else:
+            # [E4] a block's events follow its mode's pipeline, each stage at most once
             order = STAGE_ORDER[mode]
             if order.index(stage) <= order.index(block.last_stage):
                 raise illegal(
@@ -438,6 +448,7 @@ class Engine:
             # Sync runs one forward pass at a time: the next block reaches the target only
             # after the engine processed the previous block's output.
             raise illegal("sync mode: the previous block's output is not processed yet")
+        # [E5] each count is bounded by what reaches its stage (transitions.stage_rule)
         if not isinstance(event, Accept):  # Accept is checked below (accept_rule)
             rule = RULE_STAGE[stage]
             conditions, after, named = stage_rule(mode, rule, block.so_far, count, k, INT_ARITH)
@@ -453,6 +464,7 @@ class Engine:
                 [],
             )
 
+        # [E6] Accept closes the block: applied, or discarded if its stale output was dropped
         conditions, inputs = accept_rule(
             mode, block.so_far, count, block.stale, block.stale_dropped, k, INT_ARITH
         )

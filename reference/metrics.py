@@ -30,32 +30,38 @@ class Ratio(Generic[N]):
         return self.offset + self.numerator / self.denominator
 
 
+# [M1] acceptance rate
 def acceptance_rate(t: RfcTotals[N]) -> Ratio[N]:
     """M1: accepted / drafted. Undefined (None) when nothing was drafted."""
     return Ratio(t.accepted, t.drafted)
 
 
+# [M2] draft quality
 def draft_quality(t: RfcTotals[N]) -> Ratio[N]:
     """M2: accepted / verified. Undefined (None) when nothing was verified."""
     return Ratio(t.accepted, t.verified)
 
 
+# [M3] verification rate
 def verification_rate(t: RfcTotals[N]) -> Ratio[N]:
     """M3: verified / drafted, the share of drafts the target looked at. None when none drafted."""
     return Ratio(t.verified, t.drafted)
 
 
+# [M4] mean acceptance length
 def mean_acceptance_length(t: RfcTotals[N]) -> Ratio[N]:
     """M4: 1 + accepted / spec_steps. 1.0 with no spec step (no speculative gain, as vLLM's
     per-request metric reports)."""
     return Ratio(t.accepted, t.spec_steps, offset=1, if_zero=1.0)
 
 
+# [M5] per-position acceptance, conditional
 def position_acceptance_given_verified(pc: PositionCounts[N]) -> Ratio[N]:
     """M5: at position i, accepted_i / verified_i: how often a draft the target saw was right."""
     return Ratio(pc.accepted, pc.verified)
 
 
+# [M6] per-position acceptance, per step
 def position_acceptance_per_step(pc: PositionCounts[N], t: RfcTotals[N]) -> Ratio[N]:
     """M6: accepted_i / spec_steps, vLLM's per-position rate. None with no spec step."""
     return Ratio(pc.accepted, t.spec_steps)

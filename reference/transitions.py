@@ -67,6 +67,7 @@ def stage_rule(
         AV: so_far.scheduled_drafts,
         VERIFY: so_far.verified,
     }[stage]
+    # [E5] a count is an int >= 0, at most what reaches its stage
     conditions: Conditions[B] = [("count must be an int >= 0", ar.le(ar.lit(0), count))]
     kept = ar.sub(base, count)
     if stage == PROPOSE:
@@ -103,6 +104,7 @@ def is_applied(stale: B, stale_dropped: B, ar: Arith[N, B]) -> B:
     """E6: a block's result reaches the request unless it went stale *and* the engine dropped
     it. vLLM's ``_preempt_request`` marks in-flight output stale but still delivers it;
     ``update_from_output`` skips it only when ``request.drop_stale_output`` is set."""
+    # [E6] a stale output reaches the request unless the engine dropped it
     return ar.negate(ar.both(stale, stale_dropped))
 
 
@@ -128,6 +130,7 @@ def discard_rule(x: StepInputs[N, B], verified: B, ar: Arith[N, B]) -> StepInput
     pass): nothing applied, nothing reported, nothing accepted. A block that never reached
     ``Verify`` had no draft in the target forward pass, so its AV cap is 0: without it the caps
     alone would count its drafts in discarded_verified."""
+    # [E6] a discarded block: nothing applied, reported or accepted
     return replace(
         x,
         av_cap=ar.ite(verified, x.av_cap, ar.lit(0)),

@@ -132,6 +132,7 @@ def fleet_summary(outcomes: Sequence[FileOutcome], metrics: str | None = None) -
     for o in outcomes:
         groups.setdefault(o.engine, _Group(o.engine)).files.append(o)
     engines = []
+    # [DP-1] each data-parallel engine keeps and reports its own counters
     for info in sorted(groups, key=_engine_sort_key):
         g = groups[info]
         ok = [o.totals for o in g.files if o.status == Verdict.AGREE and o.totals is not None]

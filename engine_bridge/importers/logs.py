@@ -143,6 +143,7 @@ def drafts_range(x: LogLine) -> tuple[int, int] | None:
     return (n_min, n_max) if n_min <= n_max else None
 
 
+# [REP-2] the periodic 'SpecDecoding metrics:' log line
 def check_line(x: LogLine) -> list[Finding]:
     """Every consistency check of one log line."""
     bad: list[tuple[str, str]] = []

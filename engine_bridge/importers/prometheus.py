@@ -253,6 +253,7 @@ def _invariants(
     return out
 
 
+# [REP-1] the Prometheus counters, per model_name and engine label set
 def check_scrapes(scrapes: list[Scrape]) -> list[Finding]:
     """Every check on every scrape and between consecutive scrapes of the same label set."""
     findings: list[Finding] = []

@@ -176,6 +176,7 @@ def _validate(r: RequestMetrics) -> None:
             raise BadInput(r.path, r.line, 1, f"{r.request}: {name} must be a list of ints >= 0")
 
 
+# [REP-3] the per-request payload sent when the request finishes
 def check_request(r: RequestMetrics, engine: Engine | None = None) -> list[Finding]:
     """Internal consistency of one request's metrics, and the replay of its detailed steps."""
     _validate(r)
