@@ -64,15 +64,6 @@ GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
 }
 
 
-def _peak_rss_mb() -> float:
-    """This process's peak RSS (VmHWM: the high-water mark since exec, not the parent's)."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 def write_log(kind: str, n: int, path: str) -> dict[str, Any]:
     """Write the log; count its records, request-steps and distinct request_step shapes."""
     shapes: set[bytes] = set()

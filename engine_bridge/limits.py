@@ -29,11 +29,6 @@ MAX_INT = 2**63 - 1
 MAX_INT_DIGITS = len(str(MAX_INT))  # 19
 
 
-def int_too_large(value: int) -> bool:
-    """Whether ``value`` is outside [-MAX_INT, MAX_INT]."""
-    return value > MAX_INT or value < -MAX_INT
-
-
 def digits_too_long(digits: str) -> bool:
     """Whether a decimal integer literal (optional sign) is beyond MAX_INT, decided from its text
     alone, so no huge int is ever built."""

@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
-from operator import itemgetter
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -307,50 +306,3 @@ def check_record(path: str, lineno: int, line: bytes, obj: Any) -> Record:
         if why is not None:  # before replay builds per-position lists of length k
             raise BadInput(path, lineno, _column_of(raw, ["num_speculative_tokens"]), why)
     return record
-
-
-# The request_step fields in the order `REQUEST_STEP_FIELDS` fetches them (replay's hot loop
-# unpacks them in one C call and checks them inline, exactly as `_fast_ok` does).
-REQUEST_STEP_ORDER = (
-    "record",
-    "step",
-    "request",
-    "outcome",
-    "proposed",
-    "padding",
-    "grammar_valid",
-    "scheduled",
-    "invalid",
-    "verified",
-    "accepted",
-    "sampled",
-)
-REQUEST_STEP_FIELDS = itemgetter(*REQUEST_STEP_ORDER)
-_REQUEST_STEP_COUNTS = frozenset(
-    ("step", "proposed", "padding", "scheduled", "accepted", "sampled")
-)
-_REQUEST_STEP_NULLABLE = frozenset(("grammar_valid", "invalid", "verified"))
-
-
-@lru_cache(maxsize=1)
-def request_step_inline_ok() -> bool:
-    """Whether the schema's request_step record is the one replay's inline check knows (those
-    required fields, those types, ``meta`` and ``delivered`` the optional fields, ``request`` a
-    non-empty string); if the schema changes, replay validates every record through
-    `check_record`."""
-    spec = _fast_specs()["request_step"]
-    props = load_schema()["$defs"]["request_step"]["properties"]
-    return (
-        spec.required == frozenset(REQUEST_STEP_ORDER)
-        # the optional fields: a record carrying one has more keys than the inline check
-        # reads, so it always takes the per-record path (which checks delivered)
-        and spec.allowed == spec.required | {"meta", "delivered"}
-        and frozenset(spec.counts) == _REQUEST_STEP_COUNTS
-        and frozenset(spec.nullable_counts) == _REQUEST_STEP_NULLABLE | {"delivered"}
-        and [name for name, _ in spec.enums] == ["outcome"]
-        and "applied" in spec.enums[0][1]
-        and props["record"] == {"const": "request_step"}
-        and props["request"] == {"$ref": "#/$defs/request_id"}
-        and {k: v for k, v in load_schema()["$defs"]["request_id"].items() if k != "description"}
-        == {"type": "string", "minLength": 1}
-    )

@@ -199,29 +199,6 @@ def gzip_error(exc: BaseException) -> str:
     return f"corrupt or truncated gzip stream (the file fails `gzip -t`): {exc}"
 
 
-def verify_gzip(path: str) -> BadInput | None:
-    """None if ``path`` is not gzip or decompresses whole with good CRCs and lengths; else the
-    error. Reads the whole file (constant memory): for a verdict reached before the end."""
-    if path == "-":
-        return None
-    lines = 0
-    try:
-        with open(path, "rb") as raw:
-            if raw.read(2) != GZIP_MAGIC:
-                return None
-            raw.seek(0)
-            with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-                while True:
-                    chunk = gz.read(1 << 20)
-                    if not chunk:
-                        return None
-                    lines += chunk.count(b"\n")
-    except _GZIP_ERRORS as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) and exc.strerror:
-            return _cannot_read(path, exc)
-        return BadInput(path, lines + 1, 1, gzip_error(exc))
-
-
 def decode(path: str, lineno: int, line: bytes) -> str:
     """Strict UTF-8; `BadInput` at the first bad byte."""
     try:
