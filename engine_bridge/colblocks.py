@@ -418,7 +418,7 @@ class ShapeTable:
 MAX_SHAPES = 1 << 16
 # Shapes per pass of the rules (`_check_pending`) and of the fold (`_folds`): their
 # temporaries stay the size of a chunk's, not of a full table's (a 65,536-shape fold at once
-# raised the peak RSS of a long log by a few MB).
+# raises the peak RSS of a long log by a few MB).
 FOLD_ROWS = 8192
 # The counts of a shape, in the order of the key's fields (and of `lookup`'s ``counts``
 # matrix: the order of colscan.COLUMNS after the step, so the columnar checker's block rows

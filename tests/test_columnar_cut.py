@@ -5,11 +5,11 @@ A log cut at a record boundary is INCOMPLETE (exit 3) when everything present ag
 mid-line ends in a final partial line, which is bad input (exit 2, the reference decoder's
 message) when everything before it agreed. `same` asserts status, exit code, report, JSON and
 totals are the plain reference replay's, and ``ReplayResult.checker`` that the columnar path
-vouched for them (a cut log used to cost the reference replay's whole length: minutes per 100k
-records). Cuts: at a record boundary, mid-line, gzip, right after the header, mid-step (the last
-step's step_stats not written: the report's note), right after a held finish, abort or
-preemption, with preemptions and stale output in flight (sync and async). Mutants of the cut
-handling make these tests fail.
+vouched for them (handed to the reference replay, a cut log would cost its whole length:
+minutes per 100k records). Cuts: at a record boundary, mid-line, gzip, right after the header,
+mid-step (the last step's step_stats not written: the report's note), right after a held
+finish, abort or preemption, with preemptions and stale output in flight (sync and async).
+Mutants of the cut handling make these tests fail.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """CrossHair: bug examples are flagged, correct examples confirmed (against golden outputs),
 the contracts on the reference hold, and diffbehavior tells the two profiles apart.
 
-No verdict here depends on the clock (issue 11): every default-tier run is bounded by explored
+No verdict here depends on the clock: every default-tier run is bounded by explored
 paths (``--max_uninteresting_iterations``), never by seconds. The runs below end because
 CrossHair exhausts every path (that is what "confirmed over all paths" means) or finds the
 counterexample; the iteration bound only stops a run that makes no progress, and the CPU-second

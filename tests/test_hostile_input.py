@@ -1,4 +1,4 @@
-"""Issue 11, case by case: every hostile input it lists, through the real `spectally` command
+"""Hostile input, case by case, through the real `spectally` command
 (in process, click's CliRunner), with the exit code of the contract (spectally.exit_codes), a
 one-line ``file:line:column`` message and no traceback. Each test is one reported case.
 """

@@ -1,7 +1,7 @@
 """spectally prove: every property as expected, the JSON shape, and witnesses that replay.
 
 How long the proofs take is a benchmark figure (benchmarks/bench_prove.py, budget 60 s on 2
-cores), not a test: a verdict here must not depend on the machine's load (issue 11). Every solver
+cores), not a test: a verdict here must not depend on the machine's load. Every solver
 check is bounded by Z3's resource budget (rlimit, a count of solver work), not by the clock; the
 wall-clock limit is a safety net far above any run (docs/proofs.md, "Solver budget")."""
 

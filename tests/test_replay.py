@@ -317,7 +317,7 @@ def test_progress_bar_counts_every_record(capsys: pytest.CaptureFixture[str]) ->
     assert "224 records" in err.replace("\r", "\n").splitlines()[-1]
 
 
-# -- hostile input at the replay level (issue 11) ------------------------------------------------
+# -- hostile input at the replay level ---------------------------------------------------------
 
 
 def test_a_log_cut_at_a_record_boundary_is_incomplete(tmp_path: Path) -> None:

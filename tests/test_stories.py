@@ -213,7 +213,7 @@ TestStories.settings = settings(
 
 
 def test_the_issue_example_counts_the_same_in_both_modes() -> None:
-    """Propose 2, verify 2, accept 2, preempt, finish: 2/2/2/1 in both modes (issue 9)."""
+    """Propose 2, verify 2, accept 2, preempt, finish: 2/2/2/1 in both modes."""
     totals = {}
     for mode in (SYNC, ASYNC):
         e = Engine(EngineConfig(mode, 2))
@@ -239,7 +239,7 @@ def _scripted(kind: str) -> dict[Mode, Counters]:
         e = Engine(EngineConfig(mode, 2))
         e.run([StepBegin(0), AddRequest("a", 0)])
         head, rest = phases(mode, PLAN, "a", 0)
-        if kind == "stale":  # delivered as stale output, then finished (issue 9's example)
+        if kind == "stale":  # delivered as stale output, then finished
             sync_events: list[Event] = [*head, *rest, StepBegin(1), Preempt("a", 1), Finish("a", 1)]
             async_events: list[Event] = [
                 *head,
