@@ -1,8 +1,8 @@
 """Columns straight from the bytes for canonical ``request_step`` lines (a compiled scanner).
 
 Both writers of step logs in this project (the recorder, ``vllm/steplog.py``: ``Block.record``
-+ ``json.dumps(separators=(",", ":"))``, and the generators ``synth.py`` /
-``synth_varied.py``) write a ``request_step`` record in one byte form::
++ ``json.dumps(separators=(",", ":"))``, and the generators of ``synth/``) write a
+``request_step`` record in one byte form::
 
     {"record":"request_step","step":S,"request":"ID","proposed":P,"padding":D,
      "grammar_valid":G,"scheduled":C,"invalid":I,"verified":V,"sampled":X,"accepted":A,

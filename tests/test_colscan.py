@@ -50,7 +50,7 @@ COUNT = st.one_of(st.integers(0, 12), st.integers(0, 10**9), SMALL)
 
 
 def dumps(rec: dict[str, Any], spaced: bool = False) -> bytes:
-    """The writers' form (steplog.py, synth.py): compact separators, ASCII; ``spaced``:
+    """The writers' form (steplog.py, synth/): compact separators, ASCII; ``spaced``:
     json.dumps' default separators (", " and ": "), the scanner's other style."""
     return json.dumps(rec, separators=(", ", ": ") if spaced else (",", ":")).encode()
 

@@ -147,7 +147,7 @@ def test_bundled_example_replays_clean_with_json_output() -> None:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("av", [False, True])
 def test_synthetic_logs_agree(tmp_path: Path, mode: str, av: bool) -> None:
-    """synth.py computes step_stats with its own transcription of vLLM's rule: the reference's
+    """synth/ computes step_stats with its own transcription of vLLM's rule: the reference's
     vllm-legacy profile must agree with it everywhere."""
     path = tmp_path / "s.ndjson"
     path.write_bytes(b"".join(synth.lines(1500, mode=mode, av=av, seed=11)))
