@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from log_lines import ADD, HEADER, dumps
 from spectally.cli import main
+from spectally.engine_bridge import synth
 from spectally.exit_codes import ExitCode
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
@@ -433,3 +434,64 @@ def test_replay_colons_inside_strings_are_not_duplicate_keys(tmp_path: Path) -> 
     ]
     path = write(tmp_path, "x.ndjson", lines)
     assert run("replay", str(path)).exit_code == ExitCode.OK
+
+
+# -- the default (columnar) path never vouches for what the reference refuses ------------------
+
+
+def both_bad(path: Path, line: int) -> str:
+    """Exit 2 with the same message on the default path and on ``--reference``."""
+    reasons = {
+        assert_bad(run("replay", *flag, str(path)), path, line) for flag in ([], ["--reference"])
+    }
+    assert len(reasons) == 1, reasons
+    return reasons.pop()
+
+
+def big_log() -> list[str]:
+    """A synthetic log over 1 MiB: its chunk goes through the byte scanner (colscan) first."""
+    text = b"".join(synth.lines(8000, batch=8, seed=1)).decode()
+    assert len(text) > 1 << 20
+    return text.splitlines()
+
+
+@pytest.mark.parametrize("size", ["small", "over 1 MiB"])
+@pytest.mark.parametrize("field", ["request", "reason"])
+def test_replay_bom_inside_a_string(tmp_path: Path, size: str, field: str) -> None:
+    """msgspec reads U+FEFF inside a string as any character; the reference refuses it."""
+    lines = log_lines() if size == "small" else big_log()
+    if field == "request":
+        rid = json.loads(lines[1])["request"]
+        lines = [line.replace(f'"request":"{rid}"', f'"request":"\ufeff{rid}"') for line in lines]
+        at = 2
+    else:
+        at = next(i for i, line in enumerate(lines) if '"event":"finish"' in line) + 1
+        rec = json.loads(lines[at - 1])
+        rec["reason"] = "\ufeff" + rec.get("reason", "stop")
+        lines[at - 1] = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+    path = write(tmp_path, "x.ndjson", lines)
+    assert "byte-order mark" in both_bad(path, at)
+
+
+def test_replay_two_records_on_a_line_and_one_split_over_two(tmp_path: Path) -> None:
+    """As many lines as records, a "{" on every line (inside a string on the split record's
+    second line): decode_lines reads it all, the reference refuses the joined line."""
+    lines = log_lines()
+    rid = json.loads(lines[5])["request"]
+    lines = [line.replace(f'"{rid}"', f'"{rid}{{"') for line in lines]
+    split = lines[5].index(',"request"') + 1
+    lines = [*lines[:3], lines[3] + lines[4], lines[5][:split], lines[5][split:], *lines[6:]]
+    path = write(tmp_path, "x.ndjson", lines)
+    assert "Extra data" in both_bad(path, 4)
+
+
+def test_replay_key_and_colon_on_two_lines(tmp_path: Path) -> None:
+    """``"step"\\n:`` repeats a key across a newline (the last value would win), the lines
+    balanced by two records on one line."""
+    lines = log_lines()
+    i = next(i for i, line in enumerate(lines) if "request_step" in line)
+    k = lines[i].index('"step":')
+    twice = (lines[i][:k] + '"step":999,"step"\n:' + lines[i][k + 7 :]).split("\n")
+    lines = [*lines[:3], lines[3] + lines[4], *lines[5:i], *twice, *lines[i + 1 :]]
+    path = write(tmp_path, "x.ndjson", lines)
+    both_bad(path, 4)
