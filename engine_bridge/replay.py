@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, BinaryIO
 
 from .profiles import check_profile
 from .records import BadInput, iter_lines
@@ -28,6 +28,7 @@ from .report import (
     render_summary,
     result_json,
 )
+from .source import rereadable
 
 __all__ = [
     "Divergence",
@@ -94,11 +95,11 @@ def replay_file(
 
     with ExitStack() as stack:
         source = path
-        if path == "-" and lines is None:  # read twice at most: keep stdin in a file
-            spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="spectally-"))
-            shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
-            spool.flush()
-            source = spool.name
+        if lines is None and not rereadable(path):  # read twice at most: keep it in a file
+            try:
+                source = _spool(path, stack)
+            except BadInput as exc:
+                return ReplayResult(path, "bad_input", [], exc, {}, [], None)
         bar = _progress_bar(path, progress)
         if bar is not None:
             stack.callback(bar.close)
@@ -119,6 +120,27 @@ def replay_file(
             bar=bar,
             force_profile=force_profile,
         )
+
+
+def _spool(path: str, stack: ExitStack) -> str:
+    """A temporary copy of a stream the columnar checker and then the reference replay may
+    both read (stdin, a pipe, a FIFO, process substitution's ``/dev/fd/N``): read once, 1 MiB
+    at a time, so memory stays bounded; removed when ``stack`` closes. A stream that cannot
+    be opened is left to the reference replay's opener, which reports it (exit 2)."""
+    if path == "-":
+        stream: BinaryIO = sys.stdin.buffer
+    else:
+        try:
+            stream = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - the stack closes it
+        except OSError:
+            return path
+    spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="spectally-"))  # noqa: SIM115
+    try:
+        shutil.copyfileobj(stream, spool, 1 << 20)
+    except OSError as exc:
+        raise BadInput(path, 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    spool.flush()
+    return spool.name
 
 
 def _renamed(lines: Lines, source: str, path: str) -> Iterator[tuple[int, bytes, bool]]:

@@ -26,7 +26,9 @@ import gzip
 import io
 import json
 import math
+import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -93,6 +95,19 @@ def open_binary(path: str) -> BinaryIO:
                 f" bzip2/xz/zstd/zip/lz4; decompress it first (e.g. {tool} FILE | spectally ... -)",
             )
     return raw
+
+
+def rereadable(path: str) -> bool:
+    """Whether ``path`` reads the same bytes when opened again: a regular file (or one that
+    cannot be looked at, whose opener reports why). Stdin, pipes, FIFOs, sockets and character
+    devices give their bytes once; a reader that reads twice copies them first."""
+    if path == "-":
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return True
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
 def close_stream(stream: BinaryIO) -> None:

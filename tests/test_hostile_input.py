@@ -9,15 +9,21 @@ import bz2
 import gzip
 import json
 import lzma
+import os
 import re
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from click.testing import CliRunner, Result
 from log_lines import ADD, HEADER, dumps
 from spectally.cli import main
 from spectally.engine_bridge import synth
+from spectally.engine_bridge.replay import replay_file
 from spectally.exit_codes import ExitCode
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
@@ -495,3 +501,56 @@ def test_replay_key_and_colon_on_two_lines(tmp_path: Path) -> None:
     lines = [*lines[:3], lines[3] + lines[4], *lines[5:i], *twice, *lines[i + 1 :]]
     path = write(tmp_path, "x.ndjson", lines)
     both_bad(path, 4)
+
+
+# -- streams that read once: spooled, never opened twice --------------------------------------
+
+DIVERGING = Path(__file__).parent / "traces" / "diverge" / "aborted_in_flight_counted.ndjson"
+
+
+def replay_process(path: str, pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """``spectally replay PATH`` in a process of its own, bounded in time: a reader that opens
+    a FIFO a second time waits for a writer that never comes."""
+    return subprocess.run(
+        [sys.executable, "-m", "spectally.cli", "replay", path],
+        pass_fds=pass_fds,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def feed(target: Callable[[], BinaryIO], data: bytes) -> threading.Thread:
+    def write() -> None:
+        with target() as out:
+            out.write(data)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("log", [DIVERGING, LOG], ids=["diverging", "gzip agreeing"])
+def test_replay_process_substitution(log: Path) -> None:
+    """``spectally replay <(cat LOG)``: a /dev/fd path to a pipe, read once."""
+    expected = replay_file(str(log), progress=False, reference=True).exit_code
+    read, write = os.pipe()
+    try:
+        thread = feed(lambda: os.fdopen(write, "wb"), log.read_bytes())
+        result = replay_process(f"/dev/fd/{read}", (read,))
+        thread.join(5)
+    finally:
+        os.close(read)
+    assert result.returncode == expected, result.stderr
+
+
+def test_replay_named_pipe(tmp_path: Path) -> None:
+    """A FIFO is opened once: a second open would wait for a writer for ever."""
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    thread = feed(lambda: fifo.open("wb"), DIVERGING.read_bytes())
+    result = replay_process(str(fifo))
+    thread.join(5)
+    assert result.returncode == ExitCode.DIVERGENCE, result.stderr
+    assert "diverge" in result.stdout.lower(), result.stdout
