@@ -20,7 +20,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from .limits import k_error
+from .limits import k_error, version_error
 from .source import GZIP_MAGIC, BadInput, check_line, iter_lines, needs_strict, strict_loads
 
 __all__ = ["GZIP_MAGIC", "BadInput", "check_record", "iter_lines", "parse_line", "validate"]
@@ -306,6 +306,9 @@ def check_record(path: str, lineno: int, line: bytes, obj: Any) -> Record:
         why = k_error("num_speculative_tokens", k)
         if why is not None:  # before replay builds per-position lists of length k
             raise BadInput(path, lineno, _column_of(raw, ["num_speculative_tokens"]), why)
+        long_part = version_error("engine_version", record["engine_version"])
+        if long_part is not None:  # before the profile lookup reads its parts as integers
+            raise BadInput(path, lineno, _column_of(raw, ["engine_version"]), long_part)
     return record
 
 

@@ -554,3 +554,14 @@ def test_replay_named_pipe(tmp_path: Path) -> None:
     thread.join(5)
     assert result.returncode == ExitCode.DIVERGENCE, result.stderr
     assert "diverge" in result.stdout.lower(), result.stdout
+
+
+@pytest.mark.parametrize("digits", [20, 5000])
+def test_replay_engine_version_with_a_huge_part(tmp_path: Path, digits: int) -> None:
+    """The profile lookup reads a version's parts as integers: a part beyond 19 digits is bad
+    input on both paths (5,000 digits was int()'s digit limit, an internal error)."""
+    lines = log_lines()
+    lines[0] = lines[0].replace(
+        '"engine_version":"0.32.0"', f'"engine_version":"0.{"3" * digits}.0"'
+    )
+    assert f"numeric part of {digits} digits" in both_bad(write(tmp_path, "x.ndjson", lines), 1)
