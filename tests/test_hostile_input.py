@@ -565,3 +565,31 @@ def test_replay_engine_version_with_a_huge_part(tmp_path: Path, digits: int) -> 
         '"engine_version":"0.32.0"', f'"engine_version":"0.{"3" * digits}.0"'
     )
     assert f"numeric part of {digits} digits" in both_bad(write(tmp_path, "x.ndjson", lines), 1)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "replacement", "field", "at"),
+    [
+        (r"rate: [0-9., ]+, Avg", "rate: nan, nan, nan, Avg", "Per-position acceptance", "nan"),
+        (r"rate: ([0-9.]+), ", r"rate: \1, -0.100, ", "Per-position acceptance", "-0.100"),
+        (r"rate: [0-9.]+, ", "rate: 1.500, ", "Per-position acceptance rate 1.500", "1.500"),
+        (r"length: [0-9.]+", "length: 0.50", "Mean acceptance length 0.50 is below 1", "0.50"),
+        (r"Accepted throughput: [0-9.]+", "Accepted throughput: -1.00", "Accepted", "-1.00"),
+        (r"acceptance rate: [0-9.]+%", "acceptance rate: 142.0%", "Avg Draft", "142.0"),
+    ],
+)
+def test_logs_a_value_the_format_cannot_print(
+    tmp_path: Path, pattern: str, replacement: str, field: str, at: str
+) -> None:
+    """NaN compares false and nothing bounded the rates: such lines were 'consistent' (exit 0).
+    Each is bad input naming the field, its column pointing at the value."""
+    line = SERVED.with_suffix(".log").read_text().splitlines()[0]
+    edited = re.sub(pattern, replacement, line, count=1)
+    assert edited != line and "Accepted: 0 tokens" not in edited
+    path = write(tmp_path, "x.log", [edited])
+    result = run("import", "logs", str(path))
+    assert assert_bad(result, path, 1).startswith(field)
+    found = re.match(rf"{re.escape(str(path))}:1:(\d+):", result.stderr.strip().splitlines()[-1])
+    assert found
+    column = int(found[1])
+    assert edited[column - 1 :].startswith(at), (column, edited[column - 1 :][:20])
