@@ -66,6 +66,7 @@ UNTRACED = frozenset(
         "test_columnar_cut",
         "test_columnar_lifecycle",
         "test_crosshair",
+        "test_differential_paths",
         "test_fleet",
         "test_force_profile",
         "test_fuzz_cli",
