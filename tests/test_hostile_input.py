@@ -11,6 +11,7 @@ import json
 import lzma
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 from log_lines import ADD, HEADER, dumps
 from spectally.cli import main
-from spectally.engine_bridge import synth
+from spectally.engine_bridge import fleet_ray, synth
 from spectally.engine_bridge.replay import replay_file
 from spectally.exit_codes import ExitCode
 
@@ -593,3 +594,35 @@ def test_logs_a_value_the_format_cannot_print(
     assert found
     column = int(found[1])
     assert edited[column - 1 :].startswith(at), (column, edited[column - 1 :][:20])
+
+
+# -- --ray: a refused address fails at once ----------------------------------------------------
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_ray_refused_address_is_bad_input(scheme: str) -> None:
+    """Nothing listens there: exit 2 at once, before Ray is even imported (so no Ray install is
+    needed here; tests/test_fleet_ray.py checks the same with Ray)."""
+    address = f"{scheme}127.0.0.1:{closed_port()}"
+    result = run("replay", str(LOG), f"--ray={address}")
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "connection refused" in result.stderr and "Traceback" not in result.output
+
+
+def test_ray_probe_passes_a_listening_address_and_leaves_others_to_ray() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        fleet_ray.probe_address(f"127.0.0.1:{server.getsockname()[1]}")
+    for address in ("auto", "local", "ray://", "host-without-port", "[::1]:notaport"):
+        fleet_ray.probe_address(address)  # nothing to probe: ray.init decides
+    with pytest.raises(fleet_ray.RayUnavailable, match="connection refused"):
+        fleet_ray.probe_address(f"127.0.0.1:{closed_port()}")
