@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -43,7 +44,7 @@ from .colscan import NULL as NULL
 from .colscan import OUTCOMES as OUTCOMES
 from .limits import MAX_INT, MAX_LINE_BYTES
 from .records import BadInput, Record, load_schema, parse_line
-from .source import BOM, close_stream, open_binary
+from .source import BOM, GZIP_MAGIC, close_stream, open_binary
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
@@ -144,6 +145,32 @@ def open_log(path: str) -> BinaryIO:
         return open_binary(path)
     except BadInput as exc:
         raise Irregular(str(exc)) from None
+
+
+# The compiled kernels (the byte scanner, the shape keys) are loaded for a log of at least this
+# many (decompressed) bytes: importing numba and loading them costs ~0.5-0.7 s of CPU once per
+# process, and the scanner saves ~16 ms per MB over the typed decoder alone (docs/replay.md),
+# so a smaller log replays faster without them (a 200k-record log, 37 MB: 0.74 s of CPU
+# without, 0.84-1.08 s with). The tests set it to 0 (tests/conftest.py).
+JIT_MIN_LOG_BYTES = 64 << 20
+
+
+def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
+    """Whether the log is large enough to repay loading the compiled kernels: its size on
+    disk, a gzip file's recorded length (ISIZE, the length modulo 2**32: a smaller value than
+    the file itself means it wrapped), True when unknown."""
+    if lines is not None:
+        return sum(len(raw) for _, raw, _ in lines) >= JIT_MIN_LOG_BYTES
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if f.read(2) == GZIP_MAGIC and size >= 18:
+                f.seek(-4, os.SEEK_END)
+                length = int.from_bytes(f.read(4), "little")
+                size = length if length >= size else 1 << 62
+    except OSError:
+        return True
+    return size >= JIT_MIN_LOG_BYTES
 
 
 # Engine steps the columnar checker gives back to the reader (`ByteChunks.keep`) are at most

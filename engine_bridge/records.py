@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
 from operator import itemgetter
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from typing import TYPE_CHECKING, Any
 
 from .limits import k_error, version_error
 from .source import GZIP_MAGIC, BadInput, check_line, iter_lines, needs_strict, strict_loads
+
+if TYPE_CHECKING:  # jsonschema is imported where a record fails the fast checks (start-up)
+    from jsonschema import Draft202012Validator
 
 __all__ = ["GZIP_MAGIC", "BadInput", "check_record", "iter_lines", "parse_line", "validate"]
 
@@ -42,6 +42,8 @@ def load_schema() -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def schema_validator() -> Draft202012Validator:
     """The whole-schema validator, compiled once."""
+    from jsonschema import Draft202012Validator
+
     schema = load_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
@@ -50,6 +52,8 @@ def schema_validator() -> Draft202012Validator:
 @cache
 def kind_validator(kind: str) -> Draft202012Validator:
     """A validator for one record kind (so errors name that kind's fields), compiled once."""
+    from jsonschema import Draft202012Validator
+
     schema = load_schema()
     return Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{kind}"})
 
@@ -218,6 +222,8 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
         return _column_of(raw, ["drop_stale_output"]), (
             f"drop_stale_output is only for preempt records, not {obj.get('event')!r}"
         )
+    from jsonschema.exceptions import best_match
+
     error = best_match(kind_validator(str(kind)).iter_errors(obj))
     if error is not None:
         path = list(error.absolute_path)

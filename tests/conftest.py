@@ -41,8 +41,9 @@ def _scan_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     `colscan.MIN_BYTES` a chunk, and the tests' logs are small, yet it is the scanner that
     has to be exact. The same for the compiled shape keys (`colkeys.MIN_ROWS` blocks).
     (CLI tests in a subprocess keep the production thresholds.)"""
-    from spectally.engine_bridge import colkeys, colscan
+    from spectally.engine_bridge import colkeys, colread, colscan
 
+    monkeypatch.setattr(colread, "JIT_MIN_LOG_BYTES", 0)
     monkeypatch.setattr(colscan, "MIN_BYTES", 0)
     monkeypatch.setattr(colkeys, "MIN_ROWS", 0)
 
