@@ -16,8 +16,7 @@ other load), best of ``--rounds``:
 
 The ratios are the figures (no timed assertion): each command against ``python -c pass``, and
 ``json.loads`` over a log against ``spectally replay`` of it (above 1: the replay, start-up
-included, is faster than merely parsing the log with the standard library). docs/replay.md
-holds the figures of a run.
+included, is faster than merely parsing the log with the standard library).
 """
 
 from __future__ import annotations
