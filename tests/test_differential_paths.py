@@ -7,8 +7,9 @@ engine_bridge/examples); the mutations are what a hostile or damaged file holds:
 mark inside a string, other encodings, lines joined and split (two records on one line, one
 record over two, ``"key"\\n:``), repeated keys, whitespace, truncation, huge and odd numbers,
 stray bytes, gzip or plain. The values replaced come from the CLI fuzzer's corpus
-(test_fuzz_cli.HOSTILE_JSON, ENCODINGS). The compiled scanner reads every chunk (conftest's
-``_scan_every_chunk``), so both of the columnar reader's decoders are under test.
+(test_fuzz_cli.HOSTILE_JSON, ENCODINGS). Each example draws whether the compiled scanner
+reads every chunk (conftest's ``_scan_every_chunk``: a large log's path) or the typed decoder
+every line (a small log's), so both of the columnar reader's decoders are under test.
 
 Bounded: the examples' count comes from the Hypothesis profile of tests/conftest.py (``ci``:
 derandomized, no deadline) with a floor of `EXAMPLES`; each example replays one small log
@@ -31,7 +32,7 @@ from typing import TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import columnar
+from spectally.engine_bridge import colread, columnar
 from spectally.engine_bridge.replay import replay_file
 from test_fuzz_cli import ENCODINGS, HOSTILE_JSON
 
@@ -231,8 +232,15 @@ def written(data: bytes, gz: bool) -> Iterator[str]:
         os.unlink(path)
 
 
-def assert_same_verdict(path: str) -> None:
-    fast = replay_file(path, progress=False)
+def assert_same_verdict(path: str, scan: bool = True) -> None:
+    """``scan``: the compiled scanner reads every chunk (as for a large log); else the typed
+    decoder reads every line (as for a log under `colread.JIT_MIN_LOG_BYTES`)."""
+    before = colread.SCAN
+    colread.SCAN = scan
+    try:
+        fast = replay_file(path, progress=False)
+    finally:
+        colread.SCAN = before
     plain = replay_file(path, progress=False, reference=True)
     assert fast.exit_code == plain.exit_code, (
         fast.status,
@@ -257,7 +265,7 @@ def test_default_and_reference_agree_on_mutated_logs(data: st.DataObject) -> Non
         if log:
             log = mutate(log, data)
     with written(log, data.draw(st.booleans(), label="gzip")) as path:
-        assert_same_verdict(path)
+        assert_same_verdict(path, data.draw(st.booleans(), label="scanner"))
 
 
 @pytest.mark.parametrize("mutate", MUTATIONS, ids=lambda f: f.__name__)
@@ -269,4 +277,4 @@ def test_each_mutation_class(
     """Every class on its own, a few examples each (the mixed test may draw one rarely)."""
     log = LINES[data.draw(st.sampled_from(sorted(LINES)), label="log")]
     with written(mutate(log, data), False) as path:
-        assert_same_verdict(path)
+        assert_same_verdict(path, data.draw(st.booleans(), label="scanner"))
