@@ -148,11 +148,11 @@ def open_log(path: str) -> BinaryIO:
 
 
 # The compiled kernels (the byte scanner, the shape keys) are loaded for a log of at least this
-# many (decompressed) bytes: importing numba and loading them costs ~0.5-0.7 s of CPU once per
-# process, and the scanner saves ~16 ms per MB over the typed decoder alone (docs/replay.md),
-# so a smaller log replays faster without them (a 200k-record log, 37 MB: 0.74 s of CPU
-# without, 0.84-1.08 s with). The tests set it to 0 (tests/conftest.py).
-JIT_MIN_LOG_BYTES = 64 << 20
+# many (decompressed) bytes: importing numba and loading them costs ~0.5 s of CPU once per
+# process, and the scanner saves ~10-12 ms per MB over the typed decoder alone
+# (benchmarks/bench_replay.py, 100k records: 0.05-0.07 s with it, 0.23-0.30 s without), so a
+# log under ~40 MB replays faster without them. The tests set it to 0 (tests/conftest.py).
+JIT_MIN_LOG_BYTES = 40 << 20
 
 
 def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
