@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -44,7 +43,7 @@ from .colscan import NULL as NULL
 from .colscan import OUTCOMES as OUTCOMES
 from .limits import MAX_INT, MAX_LINE_BYTES
 from .records import BadInput, Record, load_schema, parse_line
-from .source import BOM, GZIP_MAGIC, close_stream, open_binary
+from .source import BOM, close_stream, log_bytes, open_binary
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
@@ -156,21 +155,12 @@ JIT_MIN_LOG_BYTES = 40 << 20
 
 
 def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
-    """Whether the log is large enough to repay loading the compiled kernels: its size on
-    disk, a gzip file's recorded length (ISIZE, the length modulo 2**32: a smaller value than
-    the file itself means it wrapped), True when unknown."""
+    """Whether the log is large enough to repay loading the compiled kernels
+    (`source.log_bytes`; True when its size cannot be told)."""
     if lines is not None:
         return sum(len(raw) for _, raw, _ in lines) >= JIT_MIN_LOG_BYTES
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if f.read(2) == GZIP_MAGIC and size >= 18:
-                f.seek(-4, os.SEEK_END)
-                length = int.from_bytes(f.read(4), "little")
-                size = length if length >= size else 1 << 62
-    except OSError:
-        return True
-    return size >= JIT_MIN_LOG_BYTES
+    size = log_bytes(path)
+    return size is None or size >= JIT_MIN_LOG_BYTES
 
 
 # Engine steps the columnar checker gives back to the reader (`ByteChunks.keep`) are at most

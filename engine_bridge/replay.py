@@ -28,7 +28,7 @@ from .report import (
     render_summary,
     result_json,
 )
-from .source import rereadable
+from .source import log_bytes, rereadable
 
 __all__ = [
     "Divergence",
@@ -41,6 +41,13 @@ __all__ = [
 ]
 
 Lines = Iterable[tuple[int, bytes, bool]]
+
+# A log of fewer (decompressed) bytes goes to the reference replay directly: importing the
+# columnar checker (numpy, msgspec, its modules: ~0.11 s of CPU) costs more than the reference
+# replay of ~600 records (~6k records/s, benchmarks/bench_replay.py). The verdict and the
+# report are the reference's either way. The tests set it to 0 (tests/conftest.py), so their
+# small logs still run through the columnar checker.
+REFERENCE_MAX_BYTES = 64 << 10
 
 
 def _counted(lines: Lines, bar: Any) -> Iterator[tuple[int, bytes, bool]]:
@@ -81,7 +88,12 @@ def replay_file(
     (``--force-profile``; the report says so); ValueError if it names no profile."""
     if force_profile is not None:
         check_profile(force_profile)
-    if reference or check_invariants or not (lines is None or isinstance(lines, Sequence)):
+    if (
+        reference
+        or check_invariants
+        or not (lines is None or isinstance(lines, Sequence))
+        or (lines is None and _small(path))
+    ):
         return replay_reference(
             path,
             max_divergences=max_divergences,
@@ -120,6 +132,12 @@ def replay_file(
             bar=bar,
             force_profile=force_profile,
         )
+
+
+def _small(path: str) -> bool:
+    """Whether ``path`` is a file under `REFERENCE_MAX_BYTES` (decompressed)."""
+    size = log_bytes(path)
+    return size is not None and size < REFERENCE_MAX_BYTES
 
 
 def _spool(path: str, stack: ExitStack) -> str:

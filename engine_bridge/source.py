@@ -110,6 +110,24 @@ def rereadable(path: str) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
+def log_bytes(path: str) -> int | None:
+    """The decompressed size of a regular file: its size on disk, or a gzip file's recorded
+    length (ISIZE: the length modulo 2**32; a value below the file's own size means it wrapped,
+    and the answer is then "huge"); None when it cannot be told (stdin, a pipe, an error)."""
+    if not rereadable(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if f.read(2) == GZIP_MAGIC and size >= 18:
+                f.seek(-4, os.SEEK_END)
+                length = int.from_bytes(f.read(4), "little")
+                size = length if length >= size else 1 << 62
+    except OSError:
+        return None
+    return size
+
+
 def close_stream(stream: BinaryIO) -> None:
     if stream is not sys.stdin.buffer:
         stream.close()

@@ -3,6 +3,8 @@ imports for a command. (benchmarks/bench_startup.py measures the cost as ratios.
 
 * the command line (``--help``, ``step``, every ``--help`` of a lazily loaded command) imports
   none of numba, numpy, msgspec, jsonschema;
+* a replay of a log under `replay.REFERENCE_MAX_BYTES` imports neither numpy nor msgspec (the
+  reference replay judges it directly);
 * a replay of a log below `colread.JIT_MIN_LOG_BYTES` does not import numba (its import and the
   kernels' loading cost more than the compiled scanner saves on such a log).
 
@@ -12,6 +14,7 @@ them in this process).
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -19,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spectally.engine_bridge import colread, colscan, jit, synth
+from spectally.engine_bridge import colread, colscan, jit, replay, source, synth
 
 # The production thresholds, read at import (before conftest's fixture lowers them).
 SCAN_MIN_BYTES, JIT_MIN_LOG_BYTES = colscan.MIN_BYTES, colread.JIT_MIN_LOG_BYTES
+REFERENCE_MAX_BYTES = replay.REFERENCE_MAX_BYTES
 HEAVY = ("numba", "numpy", "msgspec", "jsonschema")
 LOG = Path(__file__).parent / "fixtures" / "vllm" / "ngram-k3-greedy.ndjson.gz"
 PROBE = """
@@ -71,6 +75,20 @@ def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
     assert SCAN_MIN_BYTES < log.stat().st_size < JIT_MIN_LOG_BYTES
     loaded = heavy_modules("replay", str(log))
     assert "numpy" in loaded and "numba" not in loaded  # the columnar path ran, uncompiled
+
+
+def test_a_tiny_replay_imports_neither_numpy_nor_msgspec() -> None:
+    """A log under `replay.REFERENCE_MAX_BYTES` goes to the reference replay directly."""
+    assert (source.log_bytes(str(LOG)) or 0) < REFERENCE_MAX_BYTES
+    assert heavy_modules("replay", str(LOG)) == ["jsonschema"]  # the header's validation
+
+
+def test_log_bytes_reads_a_gzip_files_length(tmp_path: Path) -> None:
+    plain = gzip.decompress(LOG.read_bytes())
+    assert source.log_bytes(str(LOG)) == len(plain)
+    (tmp_path / "x.ndjson").write_bytes(plain)
+    assert source.log_bytes(str(tmp_path / "x.ndjson")) == len(plain)
+    assert source.log_bytes("-") is None
 
 
 def test_kernels_are_not_compiled_while_not_allowed() -> None:
