@@ -5,6 +5,10 @@ msgspec accepts a repeated key (the last wins), which the reference decoder refu
 is a JSON string followed by ``:`` after optional whitespace, so the colons whose previous
 byte other than whitespace is ``"`` bound a line's keys from above; colread compares their
 count with the fields the typed decoder produced (docs/replay.md, "Decoding").
+
+msgspec's ``decode_lines`` also reads a value across a newline and two values from one line,
+which the reference decoder (one value per line) refuses: `glued_values` finds a value that
+follows another on its line, which colread needs to prove one value per line.
 """
 
 from __future__ import annotations
@@ -56,3 +60,22 @@ def key_marks(chunk: bytes, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
     where = np.searchsorted(ends, doubtful)
     counts[where[where < n]] = -2
     return counts
+
+
+def glued_values(data: Bytes, opens: Positions) -> bool:
+    """Whether a ``{`` (of ``opens``, their positions) may follow a ``}`` on the same line:
+    its previous byte other than space, tab and carriage return is ``}`` (never so inside one
+    JSON value outside strings: only two values side by side, or a ``}{`` inside a string,
+    which only sends the chunk to the line-by-line check), or more than `KEY_GAP` of those
+    bytes precede it (undecided: True). The same bounded passes as `key_colons`."""
+    at = opens[opens > 0] - 1
+    for _ in range(KEY_GAP + 1):
+        if not len(at):
+            return False
+        byte = data[at]
+        if (byte == 125).any():
+            return True
+        blank = (byte == 32) | (byte == 9) | (byte == 13)
+        at = at[blank] - 1
+        at = at[at >= 0]
+    return bool(len(at))

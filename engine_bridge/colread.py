@@ -36,14 +36,14 @@ import msgspec
 import numpy as np
 
 from . import colscan
-from .colbytes import key_colons, key_marks
+from .colbytes import glued_values, key_colons, key_marks
 from .colscan import ABSENT as ABSENT
 from .colscan import COLUMNS as COLUMNS
 from .colscan import NULL as NULL
 from .colscan import OUTCOMES as OUTCOMES
 from .limits import MAX_INT, MAX_LINE_BYTES
 from .records import BadInput, Record, load_schema, parse_line
-from .source import close_stream, open_binary
+from .source import BOM, close_stream, log_bytes, open_binary
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
@@ -146,6 +146,23 @@ def open_log(path: str) -> BinaryIO:
         raise Irregular(str(exc)) from None
 
 
+# The compiled kernels (the byte scanner, the shape keys) are loaded for a log of at least this
+# many (decompressed) bytes: importing numba and loading them costs ~0.5 s of CPU once per
+# process, and the scanner saves ~10-12 ms per MB over the typed decoder alone
+# (benchmarks/bench_replay.py, 100k records: 0.05-0.07 s with it, 0.23-0.30 s without), so a
+# log under ~40 MB replays faster without them. The tests set it to 0 (tests/conftest.py).
+JIT_MIN_LOG_BYTES = 40 << 20
+
+
+def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
+    """Whether the log is large enough to repay loading the compiled kernels
+    (`source.log_bytes`; True when its size cannot be told)."""
+    if lines is not None:
+        return sum(len(raw) for _, raw, _ in lines) >= JIT_MIN_LOG_BYTES
+    size = log_bytes(path)
+    return size is None or size >= JIT_MIN_LOG_BYTES
+
+
 # Engine steps the columnar checker gives back to the reader (`ByteChunks.keep`) are at most
 # this many bytes; a longer one stays decoded and is carried (checked on its own).
 KEEP_BYTES = 1 << 20
@@ -244,7 +261,12 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
     `records.parse_line`), and each line's kind (`KIND`).
 
     Every line is vouched for by the typed decoder or decoded by `records.parse_line`; a line
-    that one rejects raises `Irregular` (the reference replay reports it)."""
+    that one rejects raises `Irregular` (the reference replay reports it). A byte-order mark
+    anywhere in the chunk does too: msgspec reads U+FEFF inside a string as any character,
+    the reference's line check (`source.check_line`) refuses it outside the input's first
+    bytes (encoded surrogates, the line check's other byte test, msgspec refuses itself)."""
+    if not chunk.isascii() and BOM in chunk:  # one pass for an ASCII chunk, the usual one
+        raise Irregular("a byte-order mark inside the log")
     records: list[Any] | None
     try:
         records = _DECODER.decode_lines(chunk)
@@ -287,8 +309,17 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     # decode_lines also reads two values from one line ({...}{...}) and none from a blank
     # one, so equal counts prove nothing while a line may be blank: every line must hold a
     # "{" (a line the decoder reads holds one, a blank line none).
-    braces = np.bincount(np.searchsorted(ends, np.flatnonzero(data == 123)), minlength=lines)
+    opens = np.flatnonzero(data == 123)
+    braces = np.bincount(np.searchsorted(ends, opens), minlength=lines)
     if not braces[:lines].all():
+        return None
+    # Nor do they while one line may hold two values and another a value's first part: a
+    # "{" inside a string passes the check above, and decode_lines reads a value across a
+    # newline (JSON whitespace). With no blank line and no value following another on its
+    # line ("}" then "{" with no newline between: `colbytes.glued_values`), each of the n - 1
+    # gaps between the n values holds one of the n - 1 newlines inside the chunk, so no value
+    # holds one: each line is exactly one value.
+    if glued_values(data, opens):
         return None
     if len(chunk) > MAX_LINE_BYTES and np.diff(ends, prepend=-1, append=len(chunk)).max() > (
         MAX_LINE_BYTES + 1

@@ -33,6 +33,7 @@ from spectally.reference.counters import Counters
 from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
 
+from . import jit
 from .accounts import metrics_divergence
 from .array_arith import Ints
 from .colblocks import COUNT_FIELDS, BlockColumns, ShapeTable, check_blocks
@@ -47,6 +48,7 @@ from .colread import (
     decode_columns,
     delivered_in_schema,
     empty_lines,
+    worth_compiling,
 )
 from .colseq import (
     INF_LINE,
@@ -443,7 +445,7 @@ def replay_columnar(
     to a file by the caller), ``path`` the name reports use; ``force_profile`` as in
     `replay_file`."""
     try:
-        with collector_paused():
+        with collector_paused(), jit.allowed(worth_compiling(source or path, lines)):
             return Columnar(path, metrics, force_profile).run(source or path, lines, bar)
     except Irregular:
         return None

@@ -12,10 +12,25 @@ imported, the callers use their numpy or typed-decoder paths: slower, exactly as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from typing import Any
 
 _compiled: dict[str, bool] = {}  # module name -> the first call's answer
+_allowed = [True]  # False: numba is not imported now (a log too small to repay it)
+
+
+@contextmanager
+def allowed(yes: bool) -> Iterator[None]:
+    """Within the block, `compile_kernels` imports numba only if ``yes``; kernels compiled
+    earlier in the process stay in use (their price is paid). Without, a module's callers
+    take their numpy or typed-decoder paths, exactly as exact."""
+    before = _allowed[0]
+    _allowed[0] = yes
+    try:
+        yield
+    finally:
+        _allowed[0] = before
 
 
 def compile_kernels(
@@ -30,6 +45,8 @@ def compile_kernels(
     answer); False (``space`` unchanged) where numba cannot be imported."""
     name = space["__name__"]
     if name not in _compiled:
+        if not _allowed[0]:
+            return False  # not decided: a later, larger log may still compile
         _compiled[name] = _compile(space, sources, kernels, inlined)
     return _compiled[name]
 

@@ -9,6 +9,8 @@ uses it without the bridge's optional dependencies). Documented in docs/limits.m
 
 from __future__ import annotations
 
+import re
+
 # k: num_speculative_tokens (header), the Prometheus ``position`` label (+1), per-request
 # ``num_spec_tokens``, the draft counts of ``spectally step``. Real engines use k <= ~16; the
 # reference allocates per-position lists of length k, so an unchecked 10**9 costs gigabytes.
@@ -36,6 +38,23 @@ def digits_too_long(digits: str) -> bool:
     if len(body) != MAX_INT_DIGITS:
         return len(body) > MAX_INT_DIGITS
     return body > str(MAX_INT)  # same length: lexicographic order is numeric order
+
+
+# A version string's numeric parts (the header's engine_version: "0.32.0rc1+cpu") are read as
+# integers to pick a counting profile; a part longer than a 64-bit integer is no version.
+_LONG_DIGITS = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
+
+
+def version_error(name: str, value: str) -> str | None:
+    """The message for a version string with a numeric part beyond MAX_INT_DIGITS digits, None
+    when every part is within (no int is built either way)."""
+    m = _LONG_DIGITS.search(value)
+    if m is None:
+        return None
+    return (
+        f"{name} has a numeric part of {len(m.group())} digits: beyond the limit"
+        f" {MAX_INT_DIGITS} digits (2**63 - 1, docs/limits.md)"
+    )
 
 
 def k_error(name: str, value: int) -> str | None:

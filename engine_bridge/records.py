@@ -14,13 +14,13 @@ import json
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
-from .limits import k_error
+from .limits import k_error, version_error
 from .source import GZIP_MAGIC, BadInput, check_line, iter_lines, needs_strict, strict_loads
+
+if TYPE_CHECKING:  # jsonschema is imported where a record fails the fast checks (start-up)
+    from jsonschema import Draft202012Validator
 
 __all__ = ["GZIP_MAGIC", "BadInput", "check_record", "iter_lines", "parse_line", "validate"]
 
@@ -41,6 +41,8 @@ def load_schema() -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def schema_validator() -> Draft202012Validator:
     """The whole-schema validator, compiled once."""
+    from jsonschema import Draft202012Validator
+
     schema = load_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
@@ -49,6 +51,8 @@ def schema_validator() -> Draft202012Validator:
 @cache
 def kind_validator(kind: str) -> Draft202012Validator:
     """A validator for one record kind (so errors name that kind's fields), compiled once."""
+    from jsonschema import Draft202012Validator
+
     schema = load_schema()
     return Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{kind}"})
 
@@ -217,6 +221,8 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
         return _column_of(raw, ["drop_stale_output"]), (
             f"drop_stale_output is only for preempt records, not {obj.get('event')!r}"
         )
+    from jsonschema.exceptions import best_match
+
     error = best_match(kind_validator(str(kind)).iter_errors(obj))
     if error is not None:
         path = list(error.absolute_path)
@@ -305,4 +311,7 @@ def check_record(path: str, lineno: int, line: bytes, obj: Any) -> Record:
         why = k_error("num_speculative_tokens", k)
         if why is not None:  # before replay builds per-position lists of length k
             raise BadInput(path, lineno, _column_of(raw, ["num_speculative_tokens"]), why)
+        long_part = version_error("engine_version", record["engine_version"])
+        if long_part is not None:  # before the profile lookup reads its parts as integers
+            raise BadInput(path, lineno, _column_of(raw, ["engine_version"]), long_part)
     return record

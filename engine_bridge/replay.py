@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, BinaryIO
 
 from spectally.exit_codes import Verdict
 
@@ -30,6 +30,7 @@ from .report import (
     render_summary,
     result_json,
 )
+from .source import log_bytes, rereadable
 
 __all__ = [
     "Divergence",
@@ -42,6 +43,13 @@ __all__ = [
 ]
 
 Lines = Iterable[tuple[int, bytes, bool]]
+
+# A log of fewer (decompressed) bytes goes to the reference replay directly: importing the
+# columnar checker (numpy, msgspec, its modules: ~0.11 s of CPU) costs more than the reference
+# replay of ~600 records (~6k records/s, benchmarks/bench_replay.py). The verdict and the
+# report are the reference's either way. The tests set it to 0 (tests/conftest.py), so their
+# small logs still run through the columnar checker.
+REFERENCE_MAX_BYTES = 64 << 10
 
 
 def _counted(lines: Lines, bar: Any) -> Iterator[tuple[int, bytes, bool]]:
@@ -82,7 +90,12 @@ def replay_file(
     (``--force-profile``; the report says so); ValueError if it names no profile."""
     if force_profile is not None:
         check_profile(force_profile)
-    if reference or check_invariants or not (lines is None or isinstance(lines, Sequence)):
+    if (
+        reference
+        or check_invariants
+        or not (lines is None or isinstance(lines, Sequence))
+        or (lines is None and _small(path))
+    ):
         return replay_reference(
             path,
             max_divergences=max_divergences,
@@ -96,11 +109,11 @@ def replay_file(
 
     with ExitStack() as stack:
         source = path
-        if path == "-" and lines is None:  # read twice at most: keep stdin in a file
-            spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="spectally-"))
-            shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
-            spool.flush()
-            source = spool.name
+        if lines is None and not rereadable(path):  # read twice at most: keep it in a file
+            try:
+                source = _spool(path, stack)
+            except BadInput as exc:
+                return ReplayResult(path, Verdict.BAD_INPUT, [], exc, {}, [], None)
         bar = _progress_bar(path, progress)
         if bar is not None:
             stack.callback(bar.close)
@@ -121,6 +134,33 @@ def replay_file(
             bar=bar,
             force_profile=force_profile,
         )
+
+
+def _small(path: str) -> bool:
+    """Whether ``path`` is a file under `REFERENCE_MAX_BYTES` (decompressed)."""
+    size = log_bytes(path)
+    return size is not None and size < REFERENCE_MAX_BYTES
+
+
+def _spool(path: str, stack: ExitStack) -> str:
+    """A temporary copy of a stream the columnar checker and then the reference replay may
+    both read (stdin, a pipe, a FIFO, process substitution's ``/dev/fd/N``): read once, 1 MiB
+    at a time, so memory stays bounded; removed when ``stack`` closes. A stream that cannot
+    be opened is left to the reference replay's opener, which reports it (exit 2)."""
+    if path == "-":
+        stream: BinaryIO = sys.stdin.buffer
+    else:
+        try:
+            stream = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - the stack closes it
+        except OSError:
+            return path
+    spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="spectally-"))  # noqa: SIM115
+    try:
+        shutil.copyfileobj(stream, spool, 1 << 20)
+    except OSError as exc:
+        raise BadInput(path, 1, 1, f"cannot read: {exc.strerror or exc}") from None
+    spool.flush()
+    return spool.name
 
 
 def _renamed(lines: Lines, source: str, path: str) -> Iterator[tuple[int, bytes, bool]]:

@@ -26,7 +26,9 @@ import gzip
 import io
 import json
 import math
+import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -95,6 +97,37 @@ def open_binary(path: str) -> BinaryIO:
                 f" bzip2/xz/zstd/zip/lz4; decompress it first (e.g. {tool} FILE | spectally ... -)",
             )
     return raw
+
+
+def rereadable(path: str) -> bool:
+    """Whether ``path`` reads the same bytes when opened again: a regular file (or one that
+    cannot be looked at, whose opener reports why). Stdin, pipes, FIFOs, sockets and character
+    devices give their bytes once; a reader that reads twice copies them first."""
+    if path == "-":
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return True
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def log_bytes(path: str) -> int | None:
+    """The decompressed size of a regular file: its size on disk, or a gzip file's recorded
+    length (ISIZE: the length modulo 2**32; a value below the file's own size means it wrapped,
+    and the answer is then "huge"); None when it cannot be told (stdin, a pipe, an error)."""
+    if not rereadable(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if f.read(2) == GZIP_MAGIC and size >= 18:
+                f.seek(-4, os.SEEK_END)
+                length = int.from_bytes(f.read(4), "little")
+                size = length if length >= size else 1 << 62
+    except OSError:
+        return None
+    return size
 
 
 def close_stream(stream: BinaryIO) -> None:

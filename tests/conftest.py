@@ -39,10 +39,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def _scan_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled scanner on every chunk, however small: a replay reaches it only from
     `colscan.MIN_BYTES` a chunk, and the tests' logs are small, yet it is the scanner that
-    has to be exact. The same for the compiled shape keys (`colkeys.MIN_ROWS` blocks).
+    has to be exact. The same for the compiled shape keys (`colkeys.MIN_ROWS` blocks), for
+    the log size that loads them (`colread.JIT_MIN_LOG_BYTES`) and for the size under which
+    a replay goes to the reference directly (`replay.REFERENCE_MAX_BYTES`).
     (CLI tests in a subprocess keep the production thresholds.)"""
-    from spectally.engine_bridge import colkeys, colscan
+    from spectally.engine_bridge import colkeys, colread, colscan, replay
 
+    monkeypatch.setattr(replay, "REFERENCE_MAX_BYTES", 0)
+    monkeypatch.setattr(colread, "JIT_MIN_LOG_BYTES", 0)
     monkeypatch.setattr(colscan, "MIN_BYTES", 0)
     monkeypatch.setattr(colkeys, "MIN_ROWS", 0)
 
@@ -66,6 +70,7 @@ UNTRACED = frozenset(
         "test_columnar_cut",
         "test_columnar_lifecycle",
         "test_crosshair",
+        "test_differential_paths",
         "test_fleet",
         "test_force_profile",
         "test_fuzz_cli",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -137,3 +138,29 @@ def test_a_driver_that_cannot_reach_the_head_gives_up_with_a_hint(cluster: str) 
         pytest.skip("this machine has no routable address besides loopback: nothing to miss")
     assert done.returncode == 2, done.stdout + done.stderr[-3000:]
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in done.stderr
+
+
+def test_a_refused_address_fails_at_once(cluster: str) -> None:
+    """Ray installed: a port nothing listens on is refused by the probe before ray.init, which
+    would retry it for the whole connect timeout (raised here far past the process limit)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    env = {**os.environ, **LOOPBACK_ENV, "SPECTALLY_RAY_CONNECT_TIMEOUT": "600"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spectally",
+            "replay",
+            str(VLLM / "ngram-k3-greedy.ndjson.gz"),
+            f"--ray=127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "connection refused" in done.stderr

@@ -9,14 +9,23 @@ import bz2
 import gzip
 import json
 import lzma
+import os
 import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from click.testing import CliRunner, Result
 from log_lines import ADD, HEADER, dumps
 from spectally.cli import main
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.fleet import ray as fleet_ray
+from spectally.engine_bridge.replay import replay_file
 from spectally.exit_codes import ExitCode
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
@@ -433,3 +442,188 @@ def test_replay_colons_inside_strings_are_not_duplicate_keys(tmp_path: Path) -> 
     ]
     path = write(tmp_path, "x.ndjson", lines)
     assert run("replay", str(path)).exit_code == ExitCode.OK
+
+
+# -- the default (columnar) path never vouches for what the reference refuses ------------------
+
+
+def both_bad(path: Path, line: int) -> str:
+    """Exit 2 with the same message on the default path and on ``--reference``."""
+    reasons = {
+        assert_bad(run("replay", *flag, str(path)), path, line) for flag in ([], ["--reference"])
+    }
+    assert len(reasons) == 1, reasons
+    return reasons.pop()
+
+
+def big_log() -> list[str]:
+    """A synthetic log over 1 MiB: its chunk goes through the byte scanner (colscan) first."""
+    text = b"".join(synth.lines(8000, batch=8, seed=1)).decode()
+    assert len(text) > 1 << 20
+    return text.splitlines()
+
+
+@pytest.mark.parametrize("size", ["small", "over 1 MiB"])
+@pytest.mark.parametrize("field", ["request", "reason"])
+def test_replay_bom_inside_a_string(tmp_path: Path, size: str, field: str) -> None:
+    """msgspec reads U+FEFF inside a string as any character; the reference refuses it."""
+    lines = log_lines() if size == "small" else big_log()
+    if field == "request":
+        rid = json.loads(lines[1])["request"]
+        lines = [line.replace(f'"request":"{rid}"', f'"request":"\ufeff{rid}"') for line in lines]
+        at = 2
+    else:
+        at = next(i for i, line in enumerate(lines) if '"event":"finish"' in line) + 1
+        rec = json.loads(lines[at - 1])
+        rec["reason"] = "\ufeff" + rec.get("reason", "stop")
+        lines[at - 1] = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+    path = write(tmp_path, "x.ndjson", lines)
+    assert "byte-order mark" in both_bad(path, at)
+
+
+def test_replay_two_records_on_a_line_and_one_split_over_two(tmp_path: Path) -> None:
+    """As many lines as records, a "{" on every line (inside a string on the split record's
+    second line): decode_lines reads it all, the reference refuses the joined line."""
+    lines = log_lines()
+    rid = json.loads(lines[5])["request"]
+    lines = [line.replace(f'"{rid}"', f'"{rid}{{"') for line in lines]
+    split = lines[5].index(',"request"') + 1
+    lines = [*lines[:3], lines[3] + lines[4], lines[5][:split], lines[5][split:], *lines[6:]]
+    path = write(tmp_path, "x.ndjson", lines)
+    assert "Extra data" in both_bad(path, 4)
+
+
+def test_replay_key_and_colon_on_two_lines(tmp_path: Path) -> None:
+    """``"step"\\n:`` repeats a key across a newline (the last value would win), the lines
+    balanced by two records on one line."""
+    lines = log_lines()
+    i = next(i for i, line in enumerate(lines) if "request_step" in line)
+    k = lines[i].index('"step":')
+    twice = (lines[i][:k] + '"step":999,"step"\n:' + lines[i][k + 7 :]).split("\n")
+    lines = [*lines[:3], lines[3] + lines[4], *lines[5:i], *twice, *lines[i + 1 :]]
+    path = write(tmp_path, "x.ndjson", lines)
+    both_bad(path, 4)
+
+
+# -- streams that read once: spooled, never opened twice --------------------------------------
+
+DIVERGING = Path(__file__).parent / "traces" / "diverge" / "aborted_in_flight_counted.ndjson"
+
+
+def replay_process(path: str, pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """``spectally replay PATH`` in a process of its own, bounded in time: a reader that opens
+    a FIFO a second time waits for a writer that never comes."""
+    return subprocess.run(
+        [sys.executable, "-m", "spectally.cli", "replay", path],
+        pass_fds=pass_fds,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def feed(target: Callable[[], BinaryIO], data: bytes) -> threading.Thread:
+    def write() -> None:
+        with target() as out:
+            out.write(data)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("log", [DIVERGING, LOG], ids=["diverging", "gzip agreeing"])
+def test_replay_process_substitution(log: Path) -> None:
+    """``spectally replay <(cat LOG)``: a /dev/fd path to a pipe, read once."""
+    expected = replay_file(str(log), progress=False, reference=True).exit_code
+    read, write = os.pipe()
+    try:
+        thread = feed(lambda: os.fdopen(write, "wb"), log.read_bytes())
+        result = replay_process(f"/dev/fd/{read}", (read,))
+        thread.join(5)
+    finally:
+        os.close(read)
+    assert result.returncode == expected, result.stderr
+
+
+def test_replay_named_pipe(tmp_path: Path) -> None:
+    """A FIFO is opened once: a second open would wait for a writer for ever."""
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    thread = feed(lambda: fifo.open("wb"), DIVERGING.read_bytes())
+    result = replay_process(str(fifo))
+    thread.join(5)
+    assert result.returncode == ExitCode.DIVERGENCE, result.stderr
+    assert "diverge" in result.stdout.lower(), result.stdout
+
+
+@pytest.mark.parametrize("digits", [20, 5000])
+def test_replay_engine_version_with_a_huge_part(tmp_path: Path, digits: int) -> None:
+    """The profile lookup reads a version's parts as integers: a part beyond 19 digits is bad
+    input on both paths (5,000 digits was int()'s digit limit, an internal error)."""
+    lines = log_lines()
+    lines[0] = lines[0].replace(
+        '"engine_version":"0.32.0"', f'"engine_version":"0.{"3" * digits}.0"'
+    )
+    assert f"numeric part of {digits} digits" in both_bad(write(tmp_path, "x.ndjson", lines), 1)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "replacement", "field", "at"),
+    [
+        (r"rate: [0-9., ]+, Avg", "rate: nan, nan, nan, Avg", "Per-position acceptance", "nan"),
+        (r"rate: ([0-9.]+), ", r"rate: \1, -0.100, ", "Per-position acceptance", "-0.100"),
+        (r"rate: [0-9.]+, ", "rate: 1.500, ", "Per-position acceptance rate 1.500", "1.500"),
+        (r"length: [0-9.]+", "length: 0.50", "Mean acceptance length 0.50 is below 1", "0.50"),
+        (r"Accepted throughput: [0-9.]+", "Accepted throughput: -1.00", "Accepted", "-1.00"),
+        (r"acceptance rate: [0-9.]+%", "acceptance rate: 142.0%", "Avg Draft", "142.0"),
+    ],
+)
+def test_logs_a_value_the_format_cannot_print(
+    tmp_path: Path, pattern: str, replacement: str, field: str, at: str
+) -> None:
+    """NaN compares false and nothing bounded the rates: such lines were 'consistent' (exit 0).
+    Each is bad input naming the field, its column pointing at the value."""
+    line = SERVED.with_suffix(".log").read_text().splitlines()[0]
+    edited = re.sub(pattern, replacement, line, count=1)
+    assert edited != line and "Accepted: 0 tokens" not in edited
+    path = write(tmp_path, "x.log", [edited])
+    result = run("import", "logs", str(path))
+    assert assert_bad(result, path, 1).startswith(field)
+    found = re.match(rf"{re.escape(str(path))}:1:(\d+):", result.stderr.strip().splitlines()[-1])
+    assert found
+    column = int(found[1])
+    assert edited[column - 1 :].startswith(at), (column, edited[column - 1 :][:20])
+
+
+# -- --ray: a refused address fails at once ----------------------------------------------------
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_ray_refused_address_is_bad_input(scheme: str) -> None:
+    """Nothing listens there: exit 2 at once, before Ray is even imported (so no Ray install is
+    needed here; tests/test_fleet_ray.py checks the same with Ray)."""
+    address = f"{scheme}127.0.0.1:{closed_port()}"
+    result = run("replay", str(LOG), f"--ray={address}")
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "connection refused" in result.stderr and "Traceback" not in result.output
+
+
+def test_ray_probe_passes_a_listening_address_and_leaves_others_to_ray() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        fleet_ray.probe_address(f"127.0.0.1:{server.getsockname()[1]}")
+    for address in ("auto", "local", "ray://", "host-without-port", "[::1]:notaport"):
+        fleet_ray.probe_address(address)  # nothing to probe: ray.init decides
+    with pytest.raises(fleet_ray.RayUnavailable, match="connection refused"):
+        fleet_ray.probe_address(f"127.0.0.1:{closed_port()}")

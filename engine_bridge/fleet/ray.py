@@ -52,6 +52,32 @@ def connect_timeout() -> float:
         return CONNECT_TIMEOUT_S
 
 
+# A TCP connect to a "host:port" address before ray.init: a port nothing listens on is refused
+# at once, where ray.init would retry it until the connect timeout.
+PROBE_TIMEOUT_S = 2.0
+
+
+def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """`RayUnavailable` when nothing listens at a ``host:port`` or ``ray://host:port``
+    address (the connection is refused); anything else (``auto``, ``local``, a slow or
+    unresolvable host) is left to ``ray.init``, which reports it in its own words."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 literal
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return
+    except ConnectionRefusedError:
+        raise RayUnavailable(
+            f"cannot connect to the Ray cluster at {address!r}: nothing listens at"
+            f" {host}:{port} (connection refused); is the head running (ray start --head)?"
+        ) from None
+    except (OSError, ValueError, OverflowError):
+        return
+
+
 def _init(ray: Any, address: str, timeout: float) -> None:
     """``ray.init`` with a deadline: it runs in a daemon thread the driver stops waiting for.
     Ray's logger at ERROR: its warnings (here, that a non-main thread sets no SIGTERM handler)
@@ -93,7 +119,8 @@ def connect(address: str) -> tuple[Any, bool]:
     """``ray.init(address=...)`` (``auto``: the cluster this machine joined / RAY_ADDRESS;
     ``ray://host:10001``: a remote cluster's client server; ``local``: a throwaway local Ray),
     then one probe task. Returns the ``ray`` module and whether this call connected (and so
-    must disconnect)."""
+    must disconnect). A refused ``host:port`` fails at once (`probe_address`), Ray or not."""
+    probe_address(address)
     try:
         import ray  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:

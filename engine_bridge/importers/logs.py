@@ -15,9 +15,14 @@ formats involved and says so:
 * mean vs per-position: mean - 1 = Σ r_i exactly, so |mean - 1 - Σ r_i| <= 0.005 + k·0.0005;
 * rate vs Accepted/Drafted: |rate - 100·A/D| <= 0.05;
 * throughputs: both are count / elapsed, so |acc_tp·D - dr_tp·A| <= 0.005·(A + D);
-* per-position rates are non-increasing and <= 1 (rounding is monotone, so exactly);
+* per-position rates are non-increasing (rounding is monotone, so exactly);
 * A <= D, and an integer n with A/n inside the mean's rounding interval must exist
   (n is reported; D <= k·n bounds it from below).
+
+A value the format cannot print whatever the others say (a per-position rate outside [0, 1]
+or NaN, a mean below 1, a negative throughput, a rate outside [0, 100]) is bad input naming
+the field at file:line:column (`parse_line`), not a finding: NaN compares false, so it would
+pass every check above.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ def parse_line(path: str, lineno: int, text: str) -> LogLine | None:
         raise BadInput(
             path, lineno, m.start("per_pos") + 1, "malformed per-position acceptance rates"
         ) from None
+    _check_ranges(path, lineno, m, per_pos)
     return LogLine(
         path,
         lineno,
@@ -103,6 +109,50 @@ def parse_line(path: str, lineno: int, text: str) -> LogLine | None:
         per_pos,
         float(m.group("rate")),
     )
+
+
+def _check_ranges(path: str, lineno: int, m: re.Match[str], per_pos: tuple[float, ...]) -> None:
+    """`BadInput` naming the field (and its column) whose value vLLM's format cannot print:
+    a per-position rate a_i/n outside [0, 1] or NaN (vLLM logs only intervals with n > 0), a
+    mean acceptance length 1 + A/n below 1, a negative throughput, an acceptance rate
+    100·A/D outside [0, 100] (NaN stands for D = 0, which the checks compare). NaN compares
+    false, so these are refused here rather than passing the consistency checks unnoticed."""
+    offset = m.start("per_pos")
+    for i, (text, rate) in enumerate(zip(m.group("per_pos").split(", "), per_pos, strict=True)):
+        if not 0.0 <= rate <= 1.0:
+            raise BadInput(
+                path,
+                lineno,
+                offset + 1,
+                f"Per-position acceptance rate {text} at position {i}: a_i/n is a number in"
+                " [0, 1] (accepted at that position over the drafts of the interval)",
+            )
+        offset += len(text) + 2
+    mean = float(m.group("mean"))
+    if mean < 1.0:
+        raise BadInput(
+            path,
+            lineno,
+            m.start("mean") + 1,
+            f"Mean acceptance length {m.group('mean')} is below 1: it is 1 + Accepted/num_drafts",
+        )
+    for name, label in (("acc_tp", "Accepted throughput"), ("dr_tp", "Drafted throughput")):
+        if float(m.group(name)) < 0.0:
+            raise BadInput(
+                path,
+                lineno,
+                m.start(name) + 1,
+                f"{label} {m.group(name)} tokens/s is negative: it is tokens over elapsed time",
+            )
+    rate = float(m.group("rate"))
+    if not (math.isnan(rate) or 0.0 <= rate <= 100.0):
+        raise BadInput(
+            path,
+            lineno,
+            m.start("rate") + 1,
+            f"Avg Draft acceptance rate {m.group('rate')}% is outside [0, 100]: it is"
+            " 100 * Accepted/Drafted",
+        )
 
 
 def read_lines(path: str) -> list[LogLine]:
@@ -214,15 +264,6 @@ def check_line(x: LogLine) -> list[Finding]:
                 "per-position non-increasing",
                 f"position {i} rate {x.per_pos[i]:.3f} > position {i - 1} rate"
                 f" {x.per_pos[i - 1]:.3f} (rounding is monotone, so exact)",
-            )
-        )
-    over = [i for i, r in enumerate(x.per_pos) if r > 1.0]
-    if over:
-        bad.append(
-            (
-                "per-position <= 1",
-                f"position {over[0]} rate {x.per_pos[over[0]]:.3f} > 1: more steps accepted"
-                " at that position than there were steps",
             )
         )
     rng = drafts_range(x)

@@ -1,0 +1,100 @@
+"""Start-up, checked by structure rather than by time: which heavy modules a fresh process
+imports for a command. (benchmarks/bench_startup.py measures the cost as ratios.)
+
+* the command line (``--help``, ``step``, every ``--help`` of a lazily loaded command) imports
+  none of numba, numpy, msgspec, jsonschema;
+* a replay of a log under `replay.REFERENCE_MAX_BYTES` imports neither numpy nor msgspec (the
+  reference replay judges it directly);
+* a replay of a log below `colread.JIT_MIN_LOG_BYTES` does not import numba (its import and the
+  kernels' loading cost more than the compiled scanner saves on such a log).
+
+Each check runs in a fresh interpreter with the production thresholds (tests/conftest.py lowers
+them in this process).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spectally.engine_bridge import colread, colscan, jit, replay, source, synth
+
+# The production thresholds, read at import (before conftest's fixture lowers them).
+SCAN_MIN_BYTES, JIT_MIN_LOG_BYTES = colscan.MIN_BYTES, colread.JIT_MIN_LOG_BYTES
+REFERENCE_MAX_BYTES = replay.REFERENCE_MAX_BYTES
+HEAVY = ("numba", "numpy", "msgspec", "jsonschema")
+LOG = Path(__file__).parent / "fixtures" / "vllm" / "ngram-k3-greedy.ndjson.gz"
+PROBE = """
+import json, sys
+from spectally.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=True)
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.stderr)
+"""
+
+
+def heavy_modules(*args: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    loaded: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["step", "--mode", "sync", "--proposed", "3", "--accepted", "1"],
+        ["replay", "--help"],
+        ["import", "logs", "--help"],
+        ["import", "requests", "--help"],
+    ],
+    ids=" ".join,
+)
+def test_the_command_line_imports_nothing_heavy(args: list[str]) -> None:
+    assert heavy_modules(*args) == []
+
+
+def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
+    """A 1.4 MB log: chunks over the scanner's own threshold (colscan.MIN_BYTES, 1 MiB), the
+    whole log under the one that repays numba's import."""
+    log = tmp_path / "log.ndjson"
+    log.write_bytes(b"".join(synth.lines(8000, batch=8, seed=1)))
+    assert SCAN_MIN_BYTES < log.stat().st_size < JIT_MIN_LOG_BYTES
+    loaded = heavy_modules("replay", str(log))
+    assert "numpy" in loaded and "numba" not in loaded  # the columnar path ran, uncompiled
+
+
+def test_a_tiny_replay_imports_neither_numpy_nor_msgspec() -> None:
+    """A log under `replay.REFERENCE_MAX_BYTES` goes to the reference replay directly."""
+    assert (source.log_bytes(str(LOG)) or 0) < REFERENCE_MAX_BYTES
+    assert heavy_modules("replay", str(LOG)) == ["jsonschema"]  # the header's validation
+
+
+def test_log_bytes_reads_a_gzip_files_length(tmp_path: Path) -> None:
+    plain = gzip.decompress(LOG.read_bytes())
+    assert source.log_bytes(str(LOG)) == len(plain)
+    (tmp_path / "x.ndjson").write_bytes(plain)
+    assert source.log_bytes(str(tmp_path / "x.ndjson")) == len(plain)
+    assert source.log_bytes("-") is None
+
+
+def test_kernels_are_not_compiled_while_not_allowed() -> None:
+    """`jit.allowed(False)` declines without deciding: a later, larger log may compile."""
+    space: dict[str, Any] = {"__name__": "spectally-test-module"}
+    with jit.allowed(False):
+        assert jit.compile_kernels(space, {}, ()) is False
+    assert "spectally-test-module" not in jit._compiled
+    assert list(space) == ["__name__"]
