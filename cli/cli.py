@@ -56,6 +56,15 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "check what engines already emit",
         "bridge",
     ),
+    "compare": (
+        "spectally.compare:compare",
+        "compare two engines' acceptance figures in the RFC's terms",
+        "bridge",
+    ),
+}
+# Subcommands of a lazy group kept in modules of their own: group -> (module:attribute, ...).
+LAZY_SUBCOMMANDS: dict[str, tuple[str, ...]] = {
+    "import": ("spectally.import_llamacpp:llamacpp_cmd",),
 }
 
 
@@ -77,6 +86,10 @@ class LazyGroup(click.Group):
             if cmd_name in EXIT_HELP and not command.epilog:
                 # The command's own module is another part's; its exit codes are listed here.
                 command.epilog = EXIT_HELP[cmd_name]
+            for sub in LAZY_SUBCOMMANDS.get(cmd_name, ()):
+                sub_module, sub_attr = sub.split(":")
+                assert isinstance(command, click.Group)
+                command.add_command(getattr(importlib.import_module(sub_module), sub_attr))
             return command
         return super().get_command(ctx, cmd_name)
 

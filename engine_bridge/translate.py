@@ -51,6 +51,7 @@ from spectally.reference.step import Mode
 Record = dict[str, Any]
 
 LEGACY_PROFILE = "vllm-legacy"
+LLAMACPP_PROFILE = "llama.cpp"
 # Profiles whose step_stats the replay can predict: (engine, newest version) -> profile name.
 # 0.33.x counts as 0.32.0: the counting functions are byte-identical (evidence pinned in
 # engine_bridge/vllm/counting_source.json, checked by tests/test_counting_source.py).
@@ -97,6 +98,8 @@ def parse_version(version: str) -> tuple[int, ...]:
 
 def profile_for(engine: str, engine_version: str) -> str | None:
     """The counting profile an engine version reports under; None when the replay has none."""
+    if engine == LLAMACPP_PROFILE:  # llama-server, counting read at 0c1e57098 (llamacpp/profile.py)
+        return LLAMACPP_PROFILE
     if engine != "vllm":
         return None
     version = parse_version(engine_version)
