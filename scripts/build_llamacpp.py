@@ -3,8 +3,9 @@
 The sdist of ``llama-cpp-python==0.3.36`` on PyPI vendors llama.cpp under ``vendor/llama.cpp``.
 This script fetches that sdist through PyPI's simple index (as pip would, checking its sha256),
 unpacks it, builds only ``llama-server`` with cmake (no curl, no OpenSSL, no web UI: with the
-prebuilt UI on, cmake tries to download it), and makes a venv with llama.cpp's own ``gguf``
-package (``gguf-py``) for ``convert_hf_to_gguf.py``. Everything lands under
+prebuilt UI on, cmake tries to download it). The tree's ``convert_hf_to_gguf.py`` and its
+``gguf-py`` package stay in the unpacked source (engine_bridge/llamacpp/gguf_models.py puts
+them on the path). Everything lands under
 ``${SPECTALLY_LLAMACPP_DIR:-~/.cache/spectally/llamacpp-0.3.36}``; a marker file makes a second
 run a no-op. It takes about 11 minutes on two cores; run it outside any test timeout:
 
@@ -100,13 +101,7 @@ def build(root: Path) -> Path:
     run(["cmake", "-S", str(src), "-B", str(bld), "-G", "Ninja", *CMAKE_FLAGS])
     jobs = os.environ.get("SPECTALLY_LLAMACPP_JOBS", "2")
     run(["cmake", "--build", str(bld), "--target", "llama-server", "-j", jobs])
-    server = bld / "bin" / "llama-server"
-    venv = root / "venv"
-    if not (venv / "bin" / "python").exists():
-        run([sys.executable, "-m", "venv", str(venv)])
-    # gguf-py from the vendored tree, so convert_hf_to_gguf.py and the writer match.
-    run([str(venv / "bin" / "pip"), "install", "-q", str(src / "gguf-py")])
-    return server
+    return bld / "bin" / "llama-server"
 
 
 def main() -> int:

@@ -15,7 +15,9 @@ llama-server (tools/server/server-context.cpp) logs through ``SLT_INF``, whose p
 * ``stop processing: n_tokens = T, truncated = U`` (``server_slot::release``): the request
   stopped; /metrics adds its counts now (``metrics_on_prediction``).
 
-The version comes from the startup line ``build_info: b<N>-<commit>`` (common/build-info).
+The version comes from a ``version: 0.5.0-dev (build 1, commit 0c1e570)`` line (what
+``llama-server --version`` prints; scripts/capture_llamacpp.py writes it at the top of the log)
+or a ``build_info: b<N>-<commit>`` line, whichever comes first.
 Any other line is skipped: a log has many. A line that starts like one of these and does not
 parse is bad input, named ``file:line``.
 """
@@ -36,6 +38,8 @@ LAUNCH = re.compile(r"^processing task, is_child = (?P<child>\d+)\s*$")
 RELEASE = re.compile(r"^stop processing: n_tokens = (?P<n>\d+), truncated = (?P<t>\d+)\s*$")
 TIMINGS = re.compile(r"^draft acceptance = \S+ \(\s*(?P<a>\d+) accepted /\s*(?P<d>\d+) generated\)")
 BUILD = re.compile(r"build_info: (?P<build>\S+)")
+# ``llama-server --version``: "version: 0.5.0-dev (build 1, commit 0c1e570)".
+VERSION = re.compile(r"^version: (?P<v>\S+) \(build \d+, commit (?P<c>\w+)\)")
 # Line beginnings that commit a line to one of the forms above.
 HINTS = ("accepted", "processing task", "stop processing", "draft acceptance")
 
@@ -67,6 +71,9 @@ def parse(path: str, lines: Iterable[tuple[int, str]] | None = None) -> Iterator
     for no, text in read_lines(path) if lines is None else lines:
         if "build_info:" in text and (b := BUILD.search(text)) is not None:
             yield Line(no, "build", text=b.group("build"))
+            continue
+        if (v := VERSION.match(text)) is not None:
+            yield Line(no, "build", text=f"{v.group('v')}+{v.group('c')}")
             continue
         m = SLOT.search(text)
         if m is None:
