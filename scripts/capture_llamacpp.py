@@ -55,6 +55,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {  # name -> (target, draft)
     "noise05": ("target", "draft-noise05"),
     "unrelated": ("target", "draft-unrelated"),
     "mamba": ("target-mamba", "draft-same"),
+    # The workload of the vLLM 0.32 capture sync-draft-noise05-k3-so-json-xgrammar, for
+    # `spectally compare`: the same prompts, lengths, JSON schema and drafter, k = 3.
+    "vllm-workload": ("target", "draft-noise05"),
 }
 PROMPTS = [
     "import os\nimport sys\n\n\ndef main(argv):\n    ",
@@ -73,8 +76,35 @@ def say(msg: str) -> None:
     print(f"[capture_llamacpp {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def requests_matrix() -> list[list[dict[str, Any]]]:
+def draft_max(name: str) -> int:
+    return 3 if name == "vllm-workload" else DRAFT_MAX
+
+
+def vllm_workload() -> list[list[dict[str, Any]]]:
+    """engine_bridge/vllm/capture.py's plain workload of 8 greedy requests (every 4th without
+    the JSON schema, ignoring EOS as there), in pairs."""
+    from spectally.engine_bridge.vllm.capture import JSON_SCHEMA, MAX_TOKENS
+    from spectally.engine_bridge.vllm.capture import PROMPTS as VLLM_PROMPTS
+
+    bodies: list[dict[str, Any]] = []
+    for i in range(8):
+        body: dict[str, Any] = {
+            "prompt": VLLM_PROMPTS[i % len(VLLM_PROMPTS)],
+            "n_predict": MAX_TOKENS[i % len(MAX_TOKENS)],
+            "temperature": 0.0,
+        }
+        if i % 4 != 3:
+            body["json_schema"] = JSON_SCHEMA
+        else:
+            body["ignore_eos"] = True
+        bodies.append(body)
+    return [bodies[i : i + 2] for i in range(0, 8, 2)]
+
+
+def requests_matrix(name: str) -> list[list[dict[str, Any]]]:
     """Batches of /completion bodies; the requests of a batch run in parallel (two slots)."""
+    if name == "vllm-workload":
+        return vllm_workload()
     long_prompt = (PROMPTS[0] * 40)[:590]  # ~235 of the slot's 256 tokens: the context cuts drafts
     batches: list[list[dict[str, Any]]] = []
     for temp in (0.0, 0.8):
@@ -135,7 +165,7 @@ def run_scenario(name: str, server: Path, models: dict[str, str], out: Path) -> 
     cmd = [
         str(server), "-m", Path(models[target]).name, "-md", Path(models[draft]).name,
         "--spec-type", "draft-simple",
-        "--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-n-min", "0",
+        "--spec-draft-n-max", str(draft_max(name)), "--spec-draft-n-min", "0",
         "--spec-draft-p-min", "0.5" if name == "noise05" else "0.0",
         "-c", str(CTX), "-np", "2", "--host", "127.0.0.1", "--port", str(port), "--metrics",
         "-t", "2", "--no-webui", "--no-warmup",
@@ -154,7 +184,7 @@ def run_scenario(name: str, server: Path, models: dict[str, str], out: Path) -> 
         wait_ready(base, proc, log)
         (out / f"{name}.metrics.before").write_bytes(http(f"{base}/metrics"))
         responses: list[dict[str, Any]] = []
-        for batch in requests_matrix():
+        for batch in requests_matrix(name):
             got: list[Any] = [None] * len(batch)
 
             def one(i: int, body: dict[str, Any], got: list[Any] = got) -> None:
@@ -202,7 +232,7 @@ def import_and_replay(name: str, out: Path) -> bool:
     imp = spectally(
         "import", "llamacpp", f"{base}.server.log", "--out", f"{base}.steps.ndjson",
         "--metrics-before", f"{base}.metrics.before", "--metrics-after", f"{base}.metrics.after",
-        "--responses", f"{base}.responses.json", "--draft-max", str(DRAFT_MAX),
+        "--responses", f"{base}.responses.json", "--draft-max", str(draft_max(name)),
     )  # fmt: skip
     say(f"{name}: import exit {imp.returncode}: {(imp.stdout + imp.stderr).strip()}")
     if imp.returncode:
