@@ -42,6 +42,15 @@ def test_good_log_exit_0(tmp_path: Path) -> None:
     assert "2 verification steps" in out
 
 
+def test_debug_twin_lines_are_skipped(tmp_path: Path) -> None:
+    """At debug verbosity update_slots also logs 'accepted A/N draft tokens, new n_tokens =
+    T' for every verification: counting it too would double every step."""
+    lines = [LINES[0], "accepted 2/4 draft tokens, new n_tokens = 30", LINES[1]]
+    code, out = run(tmp_path, server_log(lines, 8, 3))
+    assert code == 0, out
+    assert "2 verification steps" in out
+
+
 def test_unparsable_line_names_file_and_line(tmp_path: Path) -> None:
     log = server_log(LINES, 8, 3).replace("accepted  1/ 4 draft tokens", "accepted one of 4")
     code, out = run(tmp_path, log)

@@ -34,6 +34,8 @@ SLOT = re.compile(r"slot\s+[^:|]*: id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \|
 ACCEPTED = re.compile(
     r"^accepted\s+(?P<a>\d+)/\s*(?P<n>\d+) draft tokens(?P<restore> \(restore checkpoint\))?\s*$"
 )
+# update_slots' SLT_DBG twin of the verification line (printed at debug verbosity): skipped.
+ACCEPTED_DEBUG = re.compile(r"^accepted \d+/\d+ draft tokens, new n_tokens = \d+\s*$")
 LAUNCH = re.compile(r"^processing task, is_child = (?P<child>\d+)\s*$")
 RELEASE = re.compile(r"^stop processing: n_tokens = (?P<n>\d+), truncated = (?P<t>\d+)\s*$")
 TIMINGS = re.compile(r"^draft acceptance = \S+ \(\s*(?P<a>\d+) accepted /\s*(?P<d>\d+) generated\)")
@@ -88,6 +90,8 @@ def parse(path: str, lines: Iterable[tuple[int, str]] | None = None) -> Iterator
                 raise BadInput(path, no, m.start("msg") + 1, f"accepted {a} exceeds drafted {n}")
             kind = "restore" if v.group("restore") else "verify"
             yield Line(no, kind, slot, task, a, n)
+        elif ACCEPTED_DEBUG.match(msg) is not None:
+            continue
         elif (v := LAUNCH.match(msg)) is not None:
             yield Line(no, "launch", slot, task)
         elif (v := RELEASE.match(msg)) is not None:
