@@ -13,8 +13,9 @@ Standard library only (plus the reference). The file format is described in SPEC
     counters (vLLM's SpecDecodingStats, whatever the release).
 ``trace``
     ``config`` (mode, k, drop_stale_output, optional profile) and ``events`` (the reference's
-    event names and fields); ``expect`` holds engine totals, per-request counters, derived metrics, closed
-    blocks, reporting surfaces, or the illegal-event rule (E1-E7) broken at event index ``at``.
+    event names and fields); ``expect`` holds engine totals, per-request counters, derived
+    metrics, closed blocks, reporting surfaces, or the illegal-event rule (E1-E7) broken at
+    event index ``at``.
 
 Expected objects are compared as *subsets*: every key written in a vector is checked, keys it
 omits are not. Integers compare exactly, floats within ``float_tolerance``.
