@@ -38,7 +38,7 @@ EXIT_HELP = (
     default=None,
     help="--spec-draft-n-max of the server (default: the per-position counter's length)",
 )
-@click.option("--engine-version", default=None, help="when the log lacks its build_info line")
+@click.option("--engine-version", default=None, help="when the log lacks a version: line")
 @click.option("--spec-method", default="draft-simple", show_default=True, help="--spec-type")
 def llamacpp_cmd(
     server_log: str,

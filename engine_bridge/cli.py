@@ -82,7 +82,8 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
     default=None,
     metavar="PROFILE",
     callback=_profile_option,
-    help="count every log under PROFILE (vllm-legacy: vLLM <= 0.33; vllm-0.34: vLLM 0.34)"
+    help="count every log under PROFILE (vllm-legacy: vLLM <= 0.33; vllm-0.34: vLLM 0.34;"
+    " llama.cpp: llama.cpp 0.5)"
     " whatever engine version"
     " its header names, e.g. a newer release whose counting source you compared (docs/replay.md,"
     " Profiles); without it such a log is refused (exit 2). Reports say the profile was FORCED.",

@@ -97,8 +97,10 @@ def check_profile(name: str) -> str:
 
 def no_profile_reason(header: Header) -> str:
     """The refusal of a header whose engine version has no profile: what is known, how to
-    compare a new release's counting source, and the flag that forces a profile."""
-    names = " | ".join(PROFILES)
+    compare a new release's counting source, and the flag that forces a profile (offering the
+    header's engine's profiles first: a vLLM log is not forced to count as llama.cpp)."""
+    own = [name for name, (engine, _) in PROFILES.items() if engine == header.engine]
+    names = " | ".join(own or PROFILES)
     return (
         f"no counting profile for {header.engine} {header.engine_version}: the replay has"
         f" {known_profiles()}. If this version counts as one of them (compare its source:"

@@ -53,6 +53,7 @@ from spectally.reference.events import (
     Verify,
 )
 from spectally.reference.profile import (
+    OLDEST_COUNTS_AS,
     PROFILES,
     RELEASES,
     VLLM_LEGACY,
@@ -107,8 +108,9 @@ def parse_version(version: str) -> tuple[int, ...]:
 def profile_for(engine: str, engine_version: str) -> str | None:
     """The counting profile an engine version reports under (reference/profile.py `RELEASES`:
     a release prefix matches the version's leading numbers); None when none is declared. A
-    version older than every release an engine declares counts like its oldest (vLLM's
-    counting is unchanged back to the V1 engine's spec-decode stats)."""
+    version older than every release an engine declares counts like its oldest when the engine
+    is in `OLDEST_COUNTS_AS` (vLLM's counting is unchanged back to the V1 engine's spec-decode
+    stats; llama.cpp's older servers counted differently, so they get no profile)."""
     version = parse_version(engine_version)
     if not version:
         return None
@@ -116,7 +118,7 @@ def profile_for(engine: str, engine_version: str) -> str | None:
     for prefix, name in declared:
         if version[: len(prefix)] == prefix:
             return name
-    if declared and version < min(declared)[0]:
+    if declared and engine in OLDEST_COUNTS_AS and version < min(declared)[0]:
         return min(declared)[1]
     return None
 

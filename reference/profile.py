@@ -129,7 +129,32 @@ VLLM_034 = CountingProfile(
     ),
 )
 
-PROFILES: dict[str, CountingProfile] = {p.name: p for p in (VLLM_LEGACY, VLLM_034)}
+# llama.cpp's server (tools/server/server-context.cpp at 0c1e57098, llama.cpp 0.5.0-dev) is
+# synchronous: it drafts, verifies and accepts in one update_slots call, so there is no async
+# path, no stale output, no padding and no adaptive verification. The draft model never sees
+# the request's grammar and every draft enters the target batch; budget and probability cuts
+# happen before the draft is returned, so they are not drafted (the proposal is shorter).
+LLAMACPP = CountingProfile(
+    name="llama.cpp",
+    engine="llama.cpp",
+    sync_grammar_keeps=GrammarKeep.EVERYTHING,
+    async_counted_keeps=GrammarKeep.EVERYTHING,
+    padding_counted=False,
+    av_counted=False,
+    stale_output_counted=False,
+    step_counts=StepCounts.SCHEDULED_SLOTS,
+    skip_drafts=SkipDrafts.NEVER,
+    source=(
+        ("sync grammar", "common/speculative.cpp:draft-simple draft (no grammar in its sampler)"),
+        ("drafted", "tools/server/server-context.cpp:update_slots (n_draft_tokens)"),
+        ("verified", "tools/server/server-context.cpp:server_slot::handle_last_sampled_token"),
+        ("accepted", "common/sampling.cpp:common_sampler_sample_and_accept_n"),
+        ("step counts", "tools/server/server-context.cpp:update_slots (n_draft_verif_steps)"),
+        ("budget", "tools/server/server-context.cpp:server_slot::get_n_draft_max"),
+    ),
+)
+
+PROFILES: dict[str, CountingProfile] = {p.name: p for p in (VLLM_LEGACY, VLLM_034, LLAMACPP)}
 
 # (engine, release prefix, profile). A release counts like its profile: the counting source of
 # each vLLM release is compared and pinned (engine_bridge/release_pin.json,
@@ -139,6 +164,7 @@ RELEASES: tuple[tuple[str, str, str], ...] = (
     ("vllm", "0.32", "vllm-legacy"),
     ("vllm", "0.33", "vllm-legacy"),
     ("vllm", "0.34", "vllm-0.34"),
+    ("llama.cpp", "0.5", "llama.cpp"),
 )
 # Releases before the oldest one listed count like it (vLLM's counting is unchanged back to the
 # V1 engine's spec-decode stats).

@@ -43,7 +43,10 @@ def metrics_text(c: dict[str, Any]) -> str:
 
 
 def server_log(lines: list[str], drafted: int, accepted: int) -> str:
-    out = ["build_info: b0-0c1e570", slot_line(1, "processing task, is_child = 0", "launch_slot_")]
+    out = [
+        "version: 0.5.0-dev (build 1, commit 0c1e570)",
+        slot_line(1, "processing task, is_child = 0", "launch_slot_"),
+    ]
     out += [slot_line(1, line, "operator()") for line in lines]
     out.append(
         slot_line(
@@ -112,7 +115,7 @@ def test_llamacpp_step_is_the_vectors_rule() -> None:
 
 
 def test_profile_is_registered() -> None:
-    assert profile_for("llama.cpp", "b0-0c1e570") == LLAMACPP.profile
+    assert profile_for("llama.cpp", "0.5.0-dev+0c1e570") == LLAMACPP.profile
     assert DECLARATIONS[LLAMACPP.profile] is LLAMACPP
     assert LLAMACPP.grammar_forbidden_drafted == "all"
     assert LLAMACPP.verified_equals_drafted and not LLAMACPP.accepted_includes_bonus

@@ -45,7 +45,7 @@ CUT = StepQuery(SYNC, proposed=4, grammar_valid=2, accepted=1).inputs()
 
 
 def test_declarations_are_named_and_every_release_line_names_one() -> None:
-    assert set(PROFILES) == {"vllm-legacy", "vllm-0.34"}
+    assert set(PROFILES) == {"vllm-legacy", "vllm-0.34", "llama.cpp"}
     for engine, _, name in RELEASES:
         assert PROFILES[name].engine == engine
     assert releases_of("vllm-0.34") == ["0.34"]

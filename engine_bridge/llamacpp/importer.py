@@ -261,7 +261,7 @@ def import_log(
     for ln in serverlog.parse(log):
         imp.feed(ln)
     if imp.version is None:
-        raise BadInput(log, 1, 1, "no 'version:' or 'build_info:' line (give --engine-version)")
+        raise BadInput(log, 1, 1, "no 'version:' line (llama-server --version): --engine-version")
     delta = after.minus(before) if after is not None else None
     if k is None:
         k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)

@@ -1,19 +1,22 @@
-"""llama.cpp's counting profile, as a declaration of facts read from its server's source.
+"""What each engine's reported acceptance figures mean, with llama.cpp's facts from its source.
 
-Every fact below cites the file and function of llama.cpp (commit 0c1e57098, the tree vendored
-by the ``llama-cpp-python==0.3.36`` source package, ``scripts/build_llamacpp.py``) that makes it
-so. `spectally compare` reads these declarations (and `VLLM_LEGACY`, vLLM <= 0.33's, restated
-from SPEC.md and docs/vllm-source-notes.md in the same terms) to say whether two engines'
-acceptance figures are comparable as reported.
+The replay counts a llama.cpp log under the ``llama.cpp`` counting profile declared with the
+others in ``reference/profile.py`` (``LLAMACPP``: the pipeline facts the step rules read: no
+grammar cut before the forward pass, no padding, no async path, a step per verification). This
+module holds what that form does not: what the *reported* figures mean (the bonus token,
+drafts accepted past a stop string, when the counters are exported), one
+`CountingDeclaration` per profile, each fact with the source behind it, for `spectally
+compare` and docs/engines.md. llama.cpp's facts cite its tree at commit 0c1e57098, vendored by
+the ``llama-cpp-python==0.3.36`` source package (``scripts/build_llamacpp.py``).
 
 How replay judges a llama.cpp step log: the importer (`importer.py`) writes every verification
 as a sync ``request_step`` with nothing cut between proposal and forward pass (``padding`` 0,
-``grammar_valid`` null, ``scheduled`` = ``verified`` = ``proposed``, ``applied``). On that
-shape the replay's engine-side rule (`reference.step.legacy_step`: one draft when a slot was
-scheduled, drafted = scheduled slots, accepted = sampled - 1) gives exactly llama.cpp's
-increments (``stats.n_draft_verif_steps += 1``, ``n_draft_tokens += draft.size()``,
-``n_draft_accepted += n_accepted``); `tests/test_llamacpp_profile.py` pins that with the vectors
-of ``spec/vectors-llamacpp.json``.
+``grammar_valid`` null, ``scheduled`` = ``verified`` = ``proposed``, ``applied``); under the
+``llama.cpp`` profile the replay's engine-side rule (`reference.step.legacy_step`) then gives
+exactly llama.cpp's increments (``stats.n_draft_verif_steps += 1``, ``n_draft_tokens +=
+draft.size()``, ``n_draft_accepted += n_accepted``). `tests/test_llamacpp_profile.py` pins that
+with the log-level vectors of ``spec/vectors-llamacpp.json``; the step-level vectors of
+``spec/vectors.json`` with ``"profile": "llama.cpp"`` pin the declaration itself.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ llama-server (tools/server/server-context.cpp) logs through ``SLT_INF``, whose p
 * ``stop processing: n_tokens = T, truncated = U`` (``server_slot::release``): the request
   stopped; /metrics adds its counts now (``metrics_on_prediction``).
 
-The version comes from a ``version: 0.5.0-dev (build 1, commit 0c1e570)`` line (what
-``llama-server --version`` prints; scripts/capture_llamacpp.py writes it at the top of the log)
-or a ``build_info: b<N>-<commit>`` line, whichever comes first.
+The version comes from a ``version: 0.5.0-dev (build 1, commit 0c1e570)`` line: what
+``llama-server --version`` prints (the server's own log does not say it), which
+scripts/capture_llamacpp.py writes at the top of the log; it becomes ``0.5.0-dev+0c1e570``.
 Any other line is skipped: a log has many. A line that starts like one of these and does not
 parse is bad input, named ``file:line``.
 """
@@ -39,7 +39,6 @@ ACCEPTED_DEBUG = re.compile(r"^accepted \d+/\d+ draft tokens, new n_tokens = \d+
 LAUNCH = re.compile(r"^processing task, is_child = (?P<child>\d+)\s*$")
 RELEASE = re.compile(r"^stop processing: n_tokens = (?P<n>\d+), truncated = (?P<t>\d+)\s*$")
 TIMINGS = re.compile(r"^draft acceptance = \S+ \(\s*(?P<a>\d+) accepted /\s*(?P<d>\d+) generated\)")
-BUILD = re.compile(r"build_info: (?P<build>\S+)")
 # ``llama-server --version``: "version: 0.5.0-dev (build 1, commit 0c1e570)".
 VERSION = re.compile(r"^version: (?P<v>\S+) \(build \d+, commit (?P<c>\w+)\)")
 # Line beginnings that commit a line to one of the forms above.
@@ -71,9 +70,6 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
 def parse(path: str, lines: Iterable[tuple[int, str]] | None = None) -> Iterator[Line]:
     """The lines of a llama-server log that matter (see the module docstring)."""
     for no, text in read_lines(path) if lines is None else lines:
-        if "build_info:" in text and (b := BUILD.search(text)) is not None:
-            yield Line(no, "build", text=b.group("build"))
-            continue
         if (v := VERSION.match(text)) is not None:
             yield Line(no, "build", text=f"{v.group('v')}+{v.group('c')}")
             continue
