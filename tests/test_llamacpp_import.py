@@ -91,6 +91,17 @@ def test_responses_disagreeing_is_divergence(tmp_path: Path) -> None:
     assert code == 1 and "responses" in out
 
 
+def test_overlong_line_is_bad_input(tmp_path: Path) -> None:
+    log = server_log(LINES, 8, 3) + "x" * (1 << 21) + "\n"
+    code, out = run(tmp_path, log)
+    assert code == 2 and ":7:1: line longer than" in out
+
+
+def test_draft_beyond_the_k_limit(tmp_path: Path) -> None:
+    code, out = run(tmp_path, server_log(["accepted  0/ 99999999999 draft tokens"], 0, 0))
+    assert code == 2 and "exceeds k <= 1024" in out
+
+
 def test_draft_beyond_draft_max(tmp_path: Path) -> None:
     code, out = run(tmp_path, server_log(LINES, 8, 3), "--draft-max", "3")
     assert code == 2 and "--draft-max 3" in out
@@ -101,6 +112,9 @@ def test_draft_beyond_draft_max(tmp_path: Path) -> None:
     [
         ("llamacpp:prompt_tokens_total 3\n", "not a llama-server /metrics"),
         ("llamacpp:spec_decode_num_drafts_total 1.5\n"
+         "llamacpp:spec_decode_num_draft_tokens_total 8\n"
+         "llamacpp:spec_decode_num_accepted_tokens_total 3\n", "not a whole count"),
+        ("llamacpp:spec_decode_num_drafts_total 1e300\n"
          "llamacpp:spec_decode_num_draft_tokens_total 8\n"
          "llamacpp:spec_decode_num_accepted_tokens_total 3\n", "not a whole count"),
     ],

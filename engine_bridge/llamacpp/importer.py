@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..limits import MAX_K
 from ..source import BadInput
 from . import promtext, serverlog
 from .profile import ENGINE
@@ -171,6 +172,10 @@ class Importer:
             meta.update(restore_line=restore_line, replay=f"{ln.a}/{ln.n}")
         else:
             drafted, accepted = ln.n, ln.a
+        if drafted > MAX_K:
+            raise BadInput(
+                self.path, ln.line, 1, f"a draft of {drafted} tokens exceeds k <= {MAX_K}"
+            )
         if self.k is not None and drafted > self.k:
             raise BadInput(
                 self.path, ln.line, 1, f"a draft of {drafted} tokens exceeds --draft-max {self.k}"

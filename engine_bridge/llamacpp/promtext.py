@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..limits import MAX_INT, MAX_K
 from ..source import BadInput
 
 PREFIX = "llamacpp:spec_decode_"
@@ -41,7 +42,7 @@ ZERO = SpecCounters(0, 0, 0, ())
 
 
 def _count(path: str, line: int, value: float) -> int:
-    if value < 0 or value != int(value):
+    if not 0 <= value <= MAX_INT or value != int(value):
         raise BadInput(path, line, 1, f"a counter reads {value!r}, not a whole count")
     return int(value)
 
@@ -82,7 +83,7 @@ def read(path: str) -> SpecCounters:
             path, 1, 1, f"no {PREFIX}{missing[0]}_total: not a llama-server /metrics scrape"
         )
     counts = {c: _count(path, _line_of(text, f"{PREFIX}{c}_total"), values[c]) for c in COUNTERS}
-    if per_pos and sorted(per_pos) != list(range(len(per_pos))):
+    if len(per_pos) > MAX_K or (per_pos and sorted(per_pos) != list(range(len(per_pos)))):
         raise BadInput(path, _line_of(text, f"{PREFIX}{PER_POS}"), 1, "positions not 0..k-1")
     pos_line = _line_of(text, f"{PREFIX}{PER_POS}")
     return SpecCounters(

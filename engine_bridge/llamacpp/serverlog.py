@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ..limits import MAX_LINE_BYTES
 from ..source import BadInput
 
 SLOT = re.compile(r"slot\s+[^:|]*: id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \| (?P<msg>.*)$")
@@ -59,10 +60,16 @@ class Line:
 
 
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
-    """The file's lines (UTF-8, undecodable bytes replaced), numbered from 1."""
+    """The file's lines (UTF-8, undecodable bytes replaced), numbered from 1; a line longer
+    than the readers' limit (docs/limits.md) is bad input, read no further than the limit."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            yield from enumerate((raw.rstrip("\r\n") for raw in f), start=1)
+        with open(path, "rb") as f:
+            no = 0
+            while raw := f.readline(MAX_LINE_BYTES + 1):
+                no += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise BadInput(path, no, 1, f"line longer than {MAX_LINE_BYTES} bytes")
+                yield no, raw.decode("utf-8", errors="replace").rstrip("\r\n")
     except OSError as exc:
         raise BadInput(path, 1, 1, f"cannot read: {exc.strerror or exc}") from None
 
