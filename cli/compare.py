@@ -9,12 +9,14 @@ import json
 import sys
 
 import click
+from spectally.cli import EXIT_COMMON
 from spectally.exit_codes import ExitCode, combine
 
 EXIT_HELP = (
     "Exit codes: 0 both logs replay AGREE and the comparison is printed (comparable or not);"
     " 1 a log diverges from its profile (its figures cannot be trusted; the divergence is"
-    " printed); 2 bad input or usage; 3 a log is incomplete."
+    " printed); 2 bad input or usage; 3 a log is incomplete;"
+    " " + EXIT_COMMON
 )
 
 

@@ -13,6 +13,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from spectally.cli import main
 
@@ -85,3 +86,11 @@ def test_bad_input_is_exit_2(tmp_path: Path) -> None:
     bad.write_text("not json\n")
     code, out = compare(str(bad), str(LLAMA))
     assert code == 2 and f"{bad}:1:" in out
+
+
+@pytest.mark.parametrize("args", [["compare", "--help"], ["import", "llamacpp", "--help"]])
+def test_help_states_the_exit_codes(args: list[str]) -> None:
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert "Exit codes" in text and "70 internal error" in text and "130 interrupted" in text
