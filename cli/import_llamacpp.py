@@ -54,7 +54,9 @@ def llamacpp_cmd(
 ) -> None:
     """Turn a llama-server log captured with LLAMA_TRACE=1 (one 'accepted A/N draft tokens'
     line per verification) into a step log (engine llama.cpp). The /metrics scrapes before and
-    after the run become its totals; recurrent targets' restore-and-replay pairs count once."""
+    after the run become its totals (scrape them with the server idle, and let the log cover
+    exactly the requests between them: /metrics moves only when a request stops); recurrent
+    targets' restore-and-replay pairs count once."""
     from spectally.engine_bridge.llamacpp.importer import import_log, write
     from spectally.engine_bridge.source import BadInput
 
