@@ -57,6 +57,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "check what engines already emit",
         "bridge",
     ),
+    "version-diff": (
+        "spectally.engine_bridge.version_diff:version_diff",
+        "a log's vLLM counters under each release's counting",
+        "bridge",
+    ),
 }
 
 
