@@ -62,6 +62,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare two engines' acceptance figures in the RFC's terms",
         "bridge",
     ),
+    "version-diff": (
+        "spectally.engine_bridge.version_diff:version_diff",
+        "a log's vLLM counters under each release's counting",
+        "bridge",
+    ),
 }
 # Subcommands of a lazy group kept in modules of their own: group -> (module:attribute, ...).
 LAZY_SUBCOMMANDS: dict[str, tuple[str, ...]] = {

@@ -217,7 +217,8 @@ def translate_block(
         kept = _sync_kept(profile, structured, n, valid)
         offered = kept if structured else n + pad
         cut_first = profile.sync_grammar_keeps is not GrammarKeep.VALID_PREFIX
-        if cut_first and structured and valid < n and s < kept:
+        reached = s > 0 or rec["sampled"] > 0 or outcome in ("applied", "discarded_stale")
+        if cut_first and structured and valid < n and s < kept and reached:
             raise Untranslatable(
                 f"scheduled {s} of a block the grammar cut to {valid} valid drafts: profile"
                 f" {profile.name} keeps {kept} ({profile.sync_grammar_keeps.value}), so the"
