@@ -94,3 +94,29 @@ def test_help_states_the_exit_codes(args: list[str]) -> None:
     assert res.exit_code == 0
     text = " ".join(res.output.split())
     assert "Exit codes" in text and "70 internal error" in text and "130 interrupted" in text
+
+
+def test_two_vllm_releases_on_one_workload() -> None:
+    """vLLM 0.33 and 0.34's real schedulers on the same workload (the simulated-runner captures
+    of engine_bridge/vllm/sim_so.py): the reported figures differ by the grammar cut, the RFC's
+    do not."""
+    fixtures = ROOT / "tests" / "fixtures" / "vllm"
+    a = fixtures / "sim-vllm-0.33.0-sync-so-json-k4.ndjson.gz"
+    b = fixtures / "sim-vllm-0.34.0-sync-so-json-k4.ndjson.gz"
+    code, out = compare(str(a), str(b), "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["comparable_as_reported"] is False
+    r = rows(report)
+    assert r["profile"] == ("vllm-legacy", "vllm-0.34")
+    assert r["as reported: drafted"][0] != r["as reported: drafted"][1]
+    for row in (
+        "RFC: drafted",
+        "RFC: accepted",
+        "RFC: spec_steps",
+        "RFC: acceptance rate (accepted/drafted)",
+    ):
+        assert r[row][0] == r[row][1], row
+    assert any(
+        "A vllm-legacy = none, B vllm-0.34 = first_per_block" in d for d in report["differences"]
+    )
