@@ -112,3 +112,27 @@ def test_the_0_34_logs_do_not_count_like_0_33(path: Path) -> None:
     """The profile is load-bearing: the same log judged by vllm-legacy diverges."""
     result = replay_file(str(path), progress=False, force_profile="vllm-legacy")
     assert result.status == "diverge"
+
+
+def test_the_av_hook_anchors_exist_in_0_34s_v2_runner() -> None:
+    """gpu_worker.VerifiedCountHook wraps GPUModelRunner.prepare_inputs and reads the returned
+    InputBatch's req_ids / num_reqs / cu_num_logits after AV's reallocate_drafts: all still in
+    0.34.0's V2 runner (read from its source; no GPU here)."""
+    import ast
+
+    from spectally.engine_bridge.vllm import counting_source as cs
+
+    src = cs.release_sources().get("0.34.0")
+    if src is None:
+        pytest.skip(f"vLLM 0.34.0 source absent under ${cs.CACHE_ENV}")
+    gpu = src / "vllm" / "v1" / "worker" / "gpu"
+    runner = (gpu / "model_runner.py").read_text()
+    cls = cs._find_class(ast.parse(runner), "GPUModelRunner")
+    prepare = cs._find_function(cls, "prepare_inputs")
+    body = ast.get_source_segment(runner, prepare) or ""
+    assert "reallocate_drafts" in body and "return input_batch" in body
+    assert "self.adaptive_verification" in runner
+    assert "num_new_sampled_tokens_per_step" in runner
+    batch = (gpu / "input_batch.py").read_text()
+    for field in ("req_ids: list[str]", "num_reqs: int", "cu_num_logits: torch.Tensor"):
+        assert field in batch
