@@ -21,6 +21,7 @@ from typing import Any
 import click
 from spectally import __version__
 from spectally.exit_codes import EXIT_COMMON, ExitCode
+from spectally.reference.profile import PROFILES as _DECLARED
 
 # Each command's exit codes, shown at the end of its --help (click rewraps the text).
 EXIT_HELP: dict[str, str] = {
@@ -51,6 +52,20 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "check what engines already emit",
         "bridge",
     ),
+    "compare": (
+        "spectally.compare:compare",
+        "compare two engines' acceptance figures in the RFC's terms",
+        "bridge",
+    ),
+    "version-diff": (
+        "spectally.engine_bridge.version_diff:version_diff",
+        "a log's vLLM counters under each release's counting",
+        "bridge",
+    ),
+}
+# Subcommands of a lazy group kept in modules of their own: group -> (module:attribute, ...).
+LAZY_SUBCOMMANDS: dict[str, tuple[str, ...]] = {
+    "import": ("spectally.import_llamacpp:llamacpp_cmd",),
 }
 
 
@@ -72,6 +87,10 @@ class LazyGroup(click.Group):
             if cmd_name in EXIT_HELP and not command.epilog:
                 # The command's own module is another part's; its exit codes are listed here.
                 command.epilog = EXIT_HELP[cmd_name]
+            for sub in LAZY_SUBCOMMANDS.get(cmd_name, ()):
+                sub_module, sub_attr = sub.split(":")
+                assert isinstance(command, click.Group)
+                command.add_command(getattr(importlib.import_module(sub_module), sub_attr))
             return command
         return super().get_command(ctx, cmd_name)
 
@@ -219,6 +238,15 @@ def _bounded(ctx: click.Context, param: click.Parameter, value: int | None) -> i
     metavar="A",
     help="drafts the target accepted (bonus token excluded)",
 )
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(sorted(_DECLARED)),
+    default="vllm-legacy",
+    show_default=True,
+    help="the engine release's counting profile (reference/profile.py): its pipeline and its"
+    " own counters",
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def step(
     mode: str,
@@ -227,11 +255,15 @@ def step(
     scheduled: int | None,
     av_verify: int | None,
     accepted: int,
+    profile_name: str,
     as_json: bool,
 ) -> None:
     """Evaluate one request-step: each draft's fate and the counters under both profiles."""
     from spectally.reference.machine import step_counts
+    from spectally.reference.profile import PROFILES
     from spectally.reference.step import Mode, StepQuery, token_fates
+
+    profile = PROFILES[profile_name]
 
     query = StepQuery(
         mode=Mode(mode),
@@ -247,13 +279,15 @@ def step(
         click.echo(f"spectally step: inadmissible input: {'; '.join(reasons)}", err=True)
         sys.exit(ExitCode.BAD_INPUT)
     inputs = query.inputs()
-    result: dict[str, Any] = step_counts(query.mode, inputs)
-    fates = token_fates(query.mode, inputs)
+    result: dict[str, Any] = step_counts(query.mode, inputs, profile)
+    fates = token_fates(query.mode, inputs, profile)
     result["token_fates"] = fates
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
     click.echo(f"mode {mode}: {proposed} drafted")
+    if profile_name != "vllm-legacy":
+        click.echo(f"profile {profile_name}: the release's pipeline and its own counters")
     for i, fate in enumerate(fates):
         click.echo(f"  draft {i}: {fate}")
     rfc, legacy = result["rfc"], result["vllm-legacy"]

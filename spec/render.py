@@ -6,10 +6,11 @@
 
 SPEC.md: only the text between each ``<!-- BEGIN GENERATED: name -->`` / ``<!-- END GENERATED:
 name -->`` pair is replaced (the stage-pipeline and timeline diagrams and the worked example,
-from `figures.py`). APPENDIX.md is generated whole: the scenario table of every vector and the
-rule index, from vectors.json. RULES.md is generated whole: each rule of SPEC.md with the code
-lines that carry its id (a ``# [E3] ...`` comment beside the check), so the spec and the code
-read side by side.
+from `figures.py`). APPENDIX.md is generated whole: the counting-profile table (from the
+declarations of reference/profile.py), the scenario table of every vector and the rule index,
+from vectors.json. RULES.md is generated whole: each rule of SPEC.md with the code lines that
+carry its id (a ``# [E3] ...`` comment beside the check), so the spec and the code read side by
+side.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spectally.exit_codes import ExitCode
+from spectally.reference.profile import PROFILES, RELEASES
 from spectally.reference.step import Mode
 from spectally.spec import figures
 from spectally.spec.vectors import load, rules_pinned
@@ -88,6 +90,8 @@ def _row(i: int, vec: dict[str, Any]) -> str:
     exp = vec["expect"]
     if vec["kind"] == "step":
         setup = f"step, {vec['input']['mode']}: {_step_inputs(vec['input'])}"
+        if "profile" in vec["input"]:
+            setup += f", {vec['input']['profile']}"
         if "error" in exp:
             rfc = legacy = "inadmissible: " + ", ".join(exp["error"]["violates"])
         else:
@@ -97,6 +101,8 @@ def _row(i: int, vec: dict[str, Any]) -> str:
         setup = f"trace, {cfg['mode']}, k={cfg['k']}, {len(vec['events'])} events"
         if cfg["drop_stale_output"]:
             setup += ", drop_stale_output"
+        if "profile" in cfg:
+            setup += f", {cfg['profile']}"
         if "error" in exp:
             err = exp["error"]
             rfc = legacy = f"illegal event {err['at']}: {err['violates']}"
@@ -136,9 +142,51 @@ def _rule_key(rule: str) -> tuple[int, str, int]:
     return rank, prefix if prefix in order else rule, int(digits) if digits else 0
 
 
+PROFILE_FIELDS = (
+    ("releases", "releases"),
+    ("sync_grammar_keeps", "sync: the grammar cut before scheduling keeps"),
+    ("async_counted_keeps", "async: the engine's drafted keeps (rest subtracted)"),
+    ("padding_counted", "padding counts as drafted"),
+    ("av_counted", "AV's cut visible to drafted"),
+    ("stale_output_counted", "delivered stale output counted"),
+    ("step_counts", "a block counts a step when"),
+    ("skip_drafts", "drafting skipped for"),
+)
+
+
+def render_profiles() -> str:
+    """The counting-profile table: one column per declaration (reference/profile.py)."""
+    names = list(PROFILES)
+    lines = [
+        "## Counting profiles",
+        "",
+        "Each engine release's counting facts, as declared in `reference/profile.py` (the step"
+        " rules read these fields; a release that counts like a known one is one `RELEASES`"
+        " line).",
+        "",
+        "| fact | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for field, label in PROFILE_FIELDS:
+        cells = []
+        for name in names:
+            if field == "releases":
+                value = ", ".join(f"{e} {v}" for e, v, p in RELEASES if p == name)
+            else:
+                raw = getattr(PROFILES[name], field)
+                value = getattr(raw, "value", None) or ("yes" if raw else "no")
+            cells.append(str(value))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Where each fact was read:", ""]
+    for name in names:
+        sources = "; ".join(f"{fact}: `{where}`" for fact, where in PROFILES[name].source)
+        lines.append(f"- `{name}`: {sources}")
+    return "\n".join(lines) + "\n\n"
+
+
 def render_appendix(doc: dict[str, Any]) -> str:
     """The whole of APPENDIX.md."""
-    return APPENDIX_HEAD + render_table(doc) + "\n"
+    return APPENDIX_HEAD + render_profiles() + render_table(doc) + "\n"
 
 
 def spec_rules(spec_text: str) -> list[str]:

@@ -1,0 +1,334 @@
+"""A llama-server log (``LLAMA_TRACE=1``) as a step log of the project's schema.
+
+Each counted verification becomes one ``request_step``: proposed = scheduled = verified = the
+draft's length N (llama.cpp cuts drafts only before proposing, and every draft token enters the
+target batch: profile.py), sampled = accepted + 1, outcome ``applied``; and one ``step_stats``
+with llama.cpp's own increments for it (update_slots: one verification step, N draft tokens,
+A accepted, positions below A). A recurrent target's restore-checkpoint line and the replay
+line that follows it are one step: drafted from the first (the draft the server counted),
+accepted from the second less the replayed correction (``spec_is_replay``).
+
+llama.cpp logs no iteration counter, so a step here is the verification's ordinal in the log;
+request lifecycle records carry the ordinal of the last verification before them.
+
+The independent totals: the ``/metrics`` scrapes before and after the run, differenced, become
+the ``totals`` record the replay compares with its own count of the request_steps. The
+responses' ``timings.draft_n`` / ``draft_n_accepted`` and each request's own ``draft
+acceptance`` log line are checked here against the request's verification lines (a mismatch is
+a divergence, exit 1). Without ``/metrics`` the step log has no totals, and replay reports it
+incomplete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..limits import MAX_K
+from ..source import BadInput
+from . import promtext, serverlog
+from .profile import ENGINE
+
+Record = dict[str, Any]
+TRACE_HINT = "run llama-server with LLAMA_TRACE=1 to log each verification"
+
+
+@dataclass
+class Task:
+    rid: str
+    slot: int
+    line: int
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+    released: bool = False
+    pending: tuple[int, int] | None = None  # (line, drafted) of a restore awaiting its replay
+    timings: tuple[int, int] | None = None  # the task's own (drafted, accepted) line
+
+
+@dataclass
+class Imported:
+    """The step log's records and what the import found."""
+
+    records: list[Record]
+    divergences: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+    replays: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        if self.divergences:
+            return 1
+        return 3 if self.incomplete else 0
+
+
+def _per_pos(accepted: int, k: int) -> list[int]:
+    return [1 if i < accepted else 0 for i in range(k)]
+
+
+class Importer:
+    def __init__(self, path: str, k: int | None, version: str | None) -> None:
+        self.path = path
+        self.k = k
+        self.version = version
+        self.tasks: dict[int, Task] = {}
+        self.body: list[Record] = []
+        self.step = 0
+        self.replays = 0
+        self.max_drafted = 0
+        self.divergences: list[str] = []
+
+    def _task(self, ln: serverlog.Line, what: str) -> Task:
+        task = self.tasks.get(ln.task)
+        if task is None:
+            raise BadInput(
+                self.path,
+                ln.line,
+                1,
+                f"{what} for task {ln.task}, which no 'processing task' line"
+                " started (the log must cover each request from its start)",
+            )
+        if task.released:
+            raise BadInput(self.path, ln.line, 1, f"{what} for task {ln.task} after it stopped")
+        return task
+
+    def feed(self, ln: serverlog.Line) -> None:
+        if ln.kind == "build":
+            self.version = self.version or ln.text
+        elif ln.kind == "launch":
+            if ln.task in self.tasks:
+                raise BadInput(
+                    self.path, ln.line, 1, f"task {ln.task} starts twice (one server run per log)"
+                )
+            task = Task(f"task-{ln.task}", ln.slot, ln.line)
+            self.tasks[ln.task] = task
+            self.body.append(
+                {
+                    "record": "request",
+                    "step": self.step,
+                    "request": task.rid,
+                    "event": "add",
+                    "structured": False,
+                    "meta": {"slot": ln.slot, "line": ln.line},
+                }
+            )
+        elif ln.kind == "restore":
+            task = self._task(ln, "a verification")
+            if task.pending is None:  # a replay that restores again keeps the first draft
+                task.pending = (ln.line, ln.n)
+        elif ln.kind == "verify":
+            self._verify(self._task(ln, "a verification"), ln)
+        elif ln.kind == "timings":
+            task = self._task(ln, "a 'draft acceptance' line")
+            if ln.n > 0 and task.steps == 0:
+                raise BadInput(
+                    self.path,
+                    ln.line,
+                    1,
+                    f"task {ln.task} drafted {ln.n} tokens but the log has"
+                    f" none of its verification lines: {TRACE_HINT}",
+                )
+            task.timings = (ln.n, ln.a)
+            if (task.drafted, task.accepted) != task.timings:
+                self.divergences.append(
+                    f"{self.path}:{ln.line}: task {ln.task}'s verification lines sum to"
+                    f" {task.drafted} drafted / {task.accepted} accepted; its own 'draft"
+                    f" acceptance' line says {ln.n} / {ln.a}"
+                )
+        elif ln.kind == "release":
+            task = self._task(ln, "'stop processing'")
+            if task.pending is not None:
+                raise BadInput(
+                    self.path,
+                    ln.line,
+                    1,
+                    f"task {ln.task} stopped between a checkpoint restore"
+                    f" (line {task.pending[0]}) and its replay: llama.cpp counts that draft with"
+                    " no verification step, which a step log cannot state",
+                )
+            task.released = True
+            self.body.append(
+                {
+                    "record": "request",
+                    "step": self.step,
+                    "request": task.rid,
+                    "event": "finish",
+                    "reason": "stop",
+                    "meta": {"line": ln.line},
+                }
+            )
+
+    def _verify(self, task: Task, ln: serverlog.Line) -> None:
+        meta: dict[str, Any] = {"line": ln.line, "slot": ln.slot}
+        if task.pending is not None:
+            # spec_is_replay: the A accepted drafts plus the correction come back as a draft of
+            # A+1; the step counts the first draft's length and n_accepted - 1 accepted.
+            restore_line, drafted = task.pending
+            accepted = max(ln.a - 1, 0)
+            task.pending = None
+            self.replays += 1
+            meta.update(restore_line=restore_line, replay=f"{ln.a}/{ln.n}")
+        else:
+            drafted, accepted = ln.n, ln.a
+        if drafted > MAX_K:
+            raise BadInput(
+                self.path, ln.line, 1, f"a draft of {drafted} tokens exceeds k <= {MAX_K}"
+            )
+        if self.k is not None and drafted > self.k:
+            raise BadInput(
+                self.path, ln.line, 1, f"a draft of {drafted} tokens exceeds --draft-max {self.k}"
+            )
+        self.max_drafted = max(self.max_drafted, drafted)
+        self.step += 1
+        task.drafted += drafted
+        task.accepted += accepted
+        task.steps += 1
+        self.body.append(
+            {
+                "record": "request_step",
+                "step": self.step,
+                "request": task.rid,
+                "proposed": drafted,
+                "padding": 0,
+                "grammar_valid": None,
+                "scheduled": drafted,
+                "invalid": None,
+                "verified": drafted,
+                "sampled": accepted + 1,
+                "accepted": accepted,
+                "outcome": "applied",
+                "meta": meta,
+            }
+        )
+        self.body.append(
+            {
+                "record": "step_stats",
+                "step": self.step,
+                "num_drafts": 1 if drafted else 0,
+                "num_draft_tokens": drafted,
+                "num_accepted_tokens": accepted,
+                "num_accepted_tokens_per_pos": [accepted],
+            }  # widened to k in finish()
+        )
+
+
+def read_responses(path: str) -> list[tuple[int, int]]:
+    """(draft_n, draft_n_accepted) of every response that drafted (a JSON list or NDJSON)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(path, 1, 1, f"cannot read: {exc}") from None
+    items: list[tuple[int, Any]] = []
+    try:
+        whole = json.loads(text)
+        if isinstance(whole, dict):
+            whole = whole.get("responses", [whole])
+        if not isinstance(whole, list):
+            raise BadInput(path, 1, 1, "expected a JSON list of responses")
+        items = [(1, r) for r in whole]
+    except json.JSONDecodeError:
+        for no, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    items.append((no, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise BadInput(path, no, exc.colno, f"not JSON: {exc.msg}") from None
+    out = []
+    for no, resp in items:
+        timings = resp.get("timings") if isinstance(resp, dict) else None
+        if not isinstance(timings, dict):
+            raise BadInput(path, no, 1, "a response without 'timings' (llama-server adds them)")
+        if "draft_n" in timings:
+            d, a = timings["draft_n"], timings.get("draft_n_accepted")
+            if not isinstance(d, int) or not isinstance(a, int) or not 0 <= a <= d:
+                raise BadInput(path, no, 1, f"bad draft_n / draft_n_accepted: {d!r} / {a!r}")
+            out.append((d, a))
+    return out
+
+
+def import_log(
+    log: str,
+    *,
+    metrics_before: str | None = None,
+    metrics_after: str | None = None,
+    responses: str | None = None,
+    k: int | None = None,
+    engine_version: str | None = None,
+    spec_method: str = "draft-simple",
+) -> Imported:
+    """Read ``log`` (and the optional scrapes and responses) into a step log's records."""
+    after = promtext.read(metrics_after) if metrics_after else None
+    before = promtext.read(metrics_before) if metrics_before else promtext.ZERO
+    imp = Importer(log, k, engine_version)
+    for ln in serverlog.parse(log):
+        imp.feed(ln)
+    if imp.version is None:
+        raise BadInput(log, 1, 1, "no 'version:' line (llama-server --version): --engine-version")
+    delta = after.minus(before) if after is not None else None
+    if k is None:
+        k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)
+    result = Imported([], list(imp.divergences), replays=imp.replays)
+    header: Record = {
+        "record": "header",
+        "schema_version": 1,
+        "engine": ENGINE,
+        "engine_version": imp.version,
+        "num_speculative_tokens": k,
+        "scheduling": "sync",
+        "spec_method": spec_method,
+        "structured_outputs_backend": None,
+        "adaptive_verification": False,
+        "drop_stale_output": False,
+        "config": {"source": "llama-server log (LLAMA_TRACE=1)"},
+        "meta": {"recurrent_replays": imp.replays},
+    }
+    result.records.append(header)
+    for rec in imp.body:
+        if rec["record"] == "step_stats":
+            rec["num_accepted_tokens_per_pos"] = _per_pos(rec["num_accepted_tokens_per_pos"][0], k)
+        result.records.append(rec)
+    for tid, task in imp.tasks.items():
+        if not task.released:
+            result.incomplete.append(f"{log}:{task.line}: task {tid} has no 'stop processing' line")
+    if responses is not None:
+        _check_responses(result, imp, responses)
+    if delta is not None and not result.incomplete:
+        if any(delta.per_pos[k:]):
+            raise BadInput(metrics_after or "", 1, 1, f"accepted at a position beyond k = {k}")
+        pos = list(delta.per_pos[:k]) + [0] * (k - len(delta.per_pos[:k]))
+        result.records.append(
+            {
+                "record": "totals",
+                "source": "llamacpp:/metrics after - before",
+                "num_drafts": delta.num_drafts,
+                "num_draft_tokens": delta.num_draft_tokens,
+                "num_accepted_tokens": delta.num_accepted_tokens,
+                "num_accepted_tokens_per_pos": pos,
+            }
+        )
+    elif delta is None:
+        result.incomplete.append(f"{log}: no /metrics scrape given: the step log has no totals")
+    return result
+
+
+def _check_responses(result: Imported, imp: Importer, path: str) -> None:
+    """The responses' timings against the requests' verification lines, as multisets (a
+    response names no task id), and their sums."""
+    said = Counter(read_responses(path))
+    logged = Counter((t.drafted, t.accepted) for t in imp.tasks.values() if t.drafted)
+    if said != logged:
+        extra, missing = said - logged, logged - said
+        result.divergences.append(
+            f"{path}: responses' (draft_n, draft_n_accepted) differ from the log's requests:"
+            f" only in responses {sorted(extra.elements())}, only in the log"
+            f" {sorted(missing.elements())}"
+        )
+
+
+def write(records: list[Record], out: str) -> None:
+    with open(out, "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
