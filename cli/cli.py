@@ -56,6 +56,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "check what engines already emit",
         "bridge",
     ),
+    "rules": ("spectally.observe_cli:rules", "write Prometheus rules for the metrics", "observe"),
 }
 
 

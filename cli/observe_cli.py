@@ -1,0 +1,78 @@
+"""The commands that write what users look at (docs/observe.md): `spectally rules`,
+`spectally dashboard`, `spectally lint` and `spectally export aiperf`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from spectally.exit_codes import ExitCode
+
+SCHEME_NAMES = ("vllm", "rfc", "backport")
+_schemes = click.option(
+    "--scheme",
+    "schemes",
+    type=click.Choice(SCHEME_NAMES),
+    multiple=True,
+    help="counter names to write rules for (repeatable; default: all): vllm (0.32-0.34 as"
+    " released), rfc (SPEC REP-1), backport (spectally:* of the backport)",
+)
+
+
+def _bad_input(message: str) -> None:
+    click.echo(message, err=True)
+    sys.exit(int(ExitCode.BAD_INPUT))
+
+
+@click.command(
+    epilog="Exit codes: 0 the files are written; 2 bad input or usage (a log the replay"
+    " refuses, an unwritable directory); 70 internal error; 130 interrupted."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="directory to write spectally-rules.yml (and the promtool tests) into",
+)
+@_schemes
+@click.option("--window", default="5m", show_default=True, help="the rate() window")
+@click.option(
+    "--tests-from",
+    "logs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="a step log to replay into a `promtool test rules` file (repeatable): the reference's"
+    " counters after each step as input series, its metrics as expected values",
+)
+def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, ...]) -> None:
+    """Write Prometheus recording and alert rules for the spec's derived metrics.
+
+    Check them with `promtool check rules DIR/spectally-rules.yml`; with --tests-from, run
+    `promtool test rules DIR/test-*.yml` (from DIR)."""
+    from spectally.engine_bridge.observe import promtest
+    from spectally.engine_bridge.observe import rules as gen
+    from spectally.engine_bridge.records import BadInput
+
+    if logs and window != "5m":
+        raise click.UsageError("--tests-from checks the 5m rules: leave --window at 5m")
+    os.makedirs(out_dir, exist_ok=True)
+    names = list(schemes) or None
+    path = os.path.join(out_dir, "spectally-rules.yml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(gen.render(names, window))
+    click.echo(path)
+    for log in logs:
+        from spectally.engine_bridge.observe.timeline import replay_timeline
+
+        try:
+            tl = replay_timeline(log)
+        except BadInput as exc:
+            _bad_input(str(exc))
+        test = promtest.build_test(tl, "spectally-rules.yml", schemes=names)
+        base = os.path.basename(log).split(".")[0]
+        test_path = os.path.join(out_dir, f"test-{base}.yml")
+        with open(test_path, "w", encoding="utf-8") as f:
+            f.write(promtest.render(test))
+        click.echo(test_path)
