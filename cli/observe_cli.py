@@ -76,3 +76,71 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
         with open(test_path, "w", encoding="utf-8") as f:
             f.write(promtest.render(test))
         click.echo(test_path)
+
+
+@click.command(
+    epilog="Exit codes: 0 the dashboard is written; 2 usage (an unwritable path); 70 internal"
+    " error; 130 interrupted."
+)
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="where to write the dashboard JSON (- for stdout); import it in Grafana",
+)
+@click.option(
+    "--rfc",
+    type=click.Choice(("backport", "rfc")),
+    default="backport",
+    show_default=True,
+    help="whose RFC counters the rfc side reads: the backport's spectally:* or REP-1's names",
+)
+def dashboard(out_file: str, rfc: str) -> None:
+    """Write a Grafana dashboard: acceptance rate and length legacy vs rfc, per position,
+    drafted / verified / accepted rates."""
+    from spectally.engine_bridge.observe import dashboard as gen
+
+    text = gen.render(rfc)
+    if out_file == "-":
+        click.echo(text, nl=False)
+        return
+    with open(out_file, "w", encoding="utf-8") as f:
+        f.write(text)
+    click.echo(out_file)
+
+
+@click.command(
+    epilog="Exit codes: 0 no finding; 1 findings (each names the rule or panel and the fix);"
+    " 2 bad input (not rules or a dashboard, PromQL that does not parse, unreadable);"
+    " 70 internal error; 130 interrupted."
+)
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option("--json", "as_json", is_flag=True, help="print the findings as JSON")
+def lint(files: tuple[str, ...], as_json: bool) -> None:
+    """Check Prometheus rules (YAML) or Grafana dashboards (JSON) for the known spec-decode
+    mistakes: per-position series summed into a total, rate() over a gauge, a ratio of rates
+    over different windows or label sets, acceptance against a configured k, mean length
+    without the + 1, metric names of different versions in one expression."""
+    import json
+
+    from spectally.engine_bridge.observe.lint import Finding, lint_file
+    from spectally.engine_bridge.records import BadInput
+
+    findings: list[Finding] = []
+    bad = False
+    for path in files:
+        try:
+            findings.extend(lint_file(path))
+        except BadInput as exc:
+            click.echo(str(exc), err=True)
+            bad = True
+    if as_json:
+        click.echo(json.dumps([f.to_dict() for f in findings], indent=2))
+    else:
+        for f in findings:
+            click.echo(f.render())
+        click.echo(f"{len(findings)} finding(s) in {len(files)} file(s)", err=True)
+    if bad:
+        sys.exit(int(ExitCode.BAD_INPUT))
+    sys.exit(int(ExitCode.DIVERGENCE if findings else ExitCode.OK))
