@@ -28,19 +28,28 @@ class Timeline:
     engine: str = "0"  # the header's engine_index, the label vLLM exports it under
 
 
-def replay_timeline(path: str, force_profile: str | None = None) -> Timeline:
-    """Replay ``path`` through the reference machine, keeping the totals after each step.
-    Raises `BadInput` for a log the replay refuses; a divergence stops the timeline there."""
+def replay_timeline(
+    path: str, force_profile: str | None = None, max_points: int | None = None
+) -> Timeline:
+    """Replay ``path`` through the reference machine, keeping the totals after each step
+    (with ``max_points``: after every stride-th step, the stride doubling whenever the points
+    would exceed it, so memory stays bounded on any log). Raises `BadInput` for a log the
+    replay refuses; a divergence stops the timeline there."""
     replayer = Replayer(path, force_profile=force_profile)
     steps: list[int] = []
     totals: list[Counters] = []
+    stride, seen = 1, 0
     try:
         for lineno, raw, has_newline in iter_lines(path):
             before = replayer.step
             replayer.feed_lines([(lineno, raw, has_newline)])
             if replayer.engine is not None and replayer.step != before and before is not None:
-                steps.append(before)
-                totals.append(replayer.engine.totals)
+                seen += 1
+                if seen % stride == 0:
+                    steps.append(before)
+                    totals.append(replayer.engine.totals)
+                if max_points is not None and len(steps) >= max_points:
+                    steps, totals, stride = steps[1::2], totals[1::2], stride * 2
         replayer.finish()
     except StopReplay:
         pass
