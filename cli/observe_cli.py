@@ -144,3 +144,63 @@ def lint(files: tuple[str, ...], as_json: bool) -> None:
     if bad:
         sys.exit(int(ExitCode.BAD_INPUT))
     sys.exit(int(ExitCode.DIVERGENCE if findings else ExitCode.OK))
+
+
+@click.group("export")
+def export_group() -> None:
+    """Export what a step log counted in other tools' formats."""
+
+
+@export_group.command(
+    "aiperf",
+    epilog="Exit codes: 0 records written; 1 a record AIPerf's model rejects (--validate);"
+    " 2 bad input (a log the replay refuses) or usage (--validate without spectally[aiperf]);"
+    " 70 internal error; 130 interrupted.",
+)
+@click.argument("log", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
+@click.option(
+    "--profile",
+    type=click.Choice(("rfc", "vllm-legacy")),
+    default="rfc",
+    show_default=True,
+    help="whose counters: the RFC's, or vLLM <= 0.34's (equal to vLLM's own payload)",
+)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="JSON Lines file, one SpecDecodeAcceptanceRecord per request (default: stdout)",
+)
+@click.option("--validate", is_flag=True, help="validate every record with AIPerf's own model")
+def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
+    """Per-request acceptance of a step log as AIPerf's SpecDecodeAcceptanceRecord (JSON
+    Lines), so a benchmark run and a production log compare in one tool (docs/observe.md)."""
+    from spectally.engine_bridge.observe import aiperf
+    from spectally.engine_bridge.records import BadInput
+
+    try:
+        result = aiperf.export(log, profile)
+    except BadInput as exc:
+        _bad_input(str(exc))
+    if validate:
+        try:
+            from pydantic import ValidationError
+
+            aiperf.validate(result.records)
+        except ImportError as exc:
+            raise click.UsageError(f"--validate needs spectally[aiperf] ({exc})") from None
+        except ValidationError as exc:
+            click.echo(f"{log}: AIPerf rejects a record: {exc}", err=True)
+            sys.exit(int(ExitCode.DIVERGENCE))
+    lines = "".join(line + "\n" for line in aiperf.jsonl(result.records))
+    if out_file == "-":
+        click.echo(lines, nl=False)
+    else:
+        with open(out_file, "w", encoding="utf-8") as f:
+            f.write(lines)
+    click.echo(
+        f"{len(result.records)} records ({profile})"
+        + (f", {result.skipped} requests without a spec step skipped" if result.skipped else ""),
+        err=True,
+    )
