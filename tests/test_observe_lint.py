@@ -106,6 +106,23 @@ def test_bad_input(tmp_path: Path, content: str, why: str) -> None:
         lint.lint_file(str(path))
 
 
+@pytest.mark.parametrize(
+    "expr, why",
+    [
+        ("(" * 70 + "x" + ")" * 70, "nested 70 deep"),
+        ("x + " * 1200 + "x", "characters, more than the limit"),
+        (" or ".join(["x"] * 300), "more than 500 syntax nodes"),
+    ],
+)
+def test_hostile_expressions_are_refused_not_crashed(tmp_path: Path, expr: str, why: str) -> None:
+    """promql-parser recurses natively: far deeper input overflows its stack (a crash, not an
+    exception), so the bounds are checked before it parses."""
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"panels": [{"title": "t", "targets": [{"expr": expr}]}]}))
+    with pytest.raises(BadInput, match=why):
+        lint.lint_file(str(path))
+
+
 def test_cli_exit_codes(tmp_path: Path) -> None:
     runner = CliRunner()
     bad = runner.invoke(main, ["lint", str(FIX / "dashboard-mistakes.json")])

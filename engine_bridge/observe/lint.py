@@ -46,6 +46,12 @@ from .schemes import (
     V0_COUNTERS,
 )
 
+# Bounds checked before parsing: promql-parser recurses natively (a deep enough expression
+# overflows its stack: tens of thousands of nested parentheses, or of operators); real
+# dashboard queries are a few hundred characters and nest a few levels.
+MAX_EXPR_CHARS = 4096
+MAX_NESTING = 64
+MAX_NODES = 500  # the checks compare subtrees pairwise: quadratic in the nodes
 RATE_FUNCS = frozenset({"rate", "irate", "increase"})
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 KNOWN_NAMES = sorted({*GENERATIONS, *GAUGES, *V0_COUNTERS})
@@ -212,12 +218,15 @@ def children(node: pp.Expr) -> list[pp.Expr]:
     return []
 
 
-def walk(
-    node: pp.Expr, parents: tuple[pp.Expr, ...] = ()
-) -> Iterator[tuple[pp.Expr, tuple[pp.Expr, ...]]]:
-    yield node, parents
-    for child in children(node):
-        yield from walk(child, (*parents, node))
+def walk(node: pp.Expr) -> Iterator[tuple[pp.Expr, tuple[pp.Expr, ...]]]:
+    """Every node with its ancestors, depth first; iterative, so a long operator chain (up to
+    MAX_EXPR_CHARS) cannot exhaust Python's recursion limit."""
+    stack: list[tuple[pp.Expr, tuple[pp.Expr, ...]]] = [(node, ())]
+    while stack:
+        current, parents = stack.pop()
+        yield current, parents
+        inner = (*parents, current)
+        stack.extend((child, inner) for child in reversed(children(current)))
 
 
 def selectors(node: pp.Expr) -> list[pp.VectorSelector]:
@@ -465,12 +474,13 @@ def _plus_one(node: pp.BinaryExpr, parents: tuple[pp.Expr, ...]) -> list[Hit]:
 
 
 def _or_branches(node: pp.Expr) -> Iterator[pp.Expr]:
-    node = _unparen(node)
-    if isinstance(node, pp.BinaryExpr) and _op(node) == "or":
-        yield from _or_branches(node.lhs)
-        yield from _or_branches(node.rhs)
-    else:
-        yield node
+    stack = [node]
+    while stack:
+        current = _unparen(stack.pop())
+        if isinstance(current, pp.BinaryExpr) and _op(current) == "or":
+            stack.extend((current.rhs, current.lhs))
+        else:
+            yield current
 
 
 def _mixed(expr: pp.Expr) -> list[Hit]:
@@ -496,11 +506,36 @@ def _mixed(expr: pp.Expr) -> list[Hit]:
 # -- entry -------------------------------------------------------------------------------------
 
 
+def _count_nodes(tree: pp.Expr) -> int:
+    count, stack = 0, [tree]
+    while stack and count <= MAX_NODES:
+        count += 1
+        stack.extend(children(stack.pop()))
+    return count
+
+
+def _check_size(path: str, q: Query) -> None:
+    why = None
+    if len(q.expr) > MAX_EXPR_CHARS:
+        why = f"{len(q.expr)} characters, more than the limit {MAX_EXPR_CHARS}"
+    else:
+        depth = deepest = 0
+        for ch in _STRING.sub('""', q.expr):
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+            deepest = max(deepest, depth)
+        if deepest > MAX_NESTING:
+            why = f"brackets nested {deepest} deep, more than the limit {MAX_NESTING}"
+    if why is not None:
+        raise BadInput(path, q.line or 1, 1, f"{q.where}: expression refused: {why}")
+
+
 def lint_file(path: str) -> list[Finding]:
     """Every finding of one file; `BadInput` for a file that is not rules or a dashboard, or
     an expression that does not parse."""
     findings: list[Finding] = []
     for q in queries(path):
+        _check_size(path, q)
         text, back = substitute(q.expr)
         try:
             tree = pp.parse(text)
@@ -508,6 +543,14 @@ def lint_file(path: str) -> list[Finding]:
             raise BadInput(
                 path, q.line or 1, 1, f"{q.where}: PromQL does not parse: {exc}"
             ) from None
+        nodes = _count_nodes(tree)
+        if nodes > MAX_NODES:
+            raise BadInput(
+                path,
+                q.line or 1,
+                1,
+                f"{q.where}: expression refused: more than {MAX_NODES} syntax nodes",
+            )
         for check, message, fix in check_expr(tree, back):
             findings.append(Finding(path, q.where, q.line, check, message, fix, q.expr))
     return findings
