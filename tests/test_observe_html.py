@@ -128,3 +128,12 @@ def test_the_network_check_sees_a_page_request(tmp_path: Path) -> None:
     page.write_text('<!DOCTYPE html><p>x</p><img src="http://spectally-test.invalid/x.png">')
     _, urls = _render(tmp_path, page)
     assert urls == ["http://spectally-test.invalid/x.png"]
+
+
+def test_divergence_state_as_lines_or_as_data() -> None:
+    assert report._state_text(["a", "b"]) == "a\nb"
+    assert json.loads(report._state_text({"request": "a", "counters": [1, 2]})) == {
+        "request": "a",
+        "counters": [1, 2],
+    }
+    assert report._state_text([]) == ""

@@ -137,3 +137,11 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["uid"] == dashboard.UID and len(doc["panels"]) == 8
     assert runner.invoke(main, ["lint", "--json", str(out)]).exit_code == 0
+
+
+def test_yaml_flow_mapping_is_read_as_rules(tmp_path: Path) -> None:
+    path = tmp_path / "r.yml"
+    path.write_text(
+        '{groups: [{name: g, rules: [{alert: a, expr: "rate(sglang:spec_accept_rate[5m])"}]}]}'
+    )
+    assert [f.check for f in lint.lint_file(str(path))] == ["rate-of-gauge"]

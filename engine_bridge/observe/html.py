@@ -14,6 +14,7 @@ the plot over steps, a second pass of the log through the reference (`timeline`)
 from __future__ import annotations
 
 import io
+import json
 from html import escape
 from typing import Any
 
@@ -153,6 +154,15 @@ def _totals_table(summary: dict[str, Any]) -> str:
     )
 
 
+def _state_text(state: Any) -> str:
+    """The reference's state at a divergence: lines of text, or (as data) indented JSON."""
+    if not state:
+        return ""
+    if isinstance(state, list) and all(isinstance(line, str) for line in state):
+        return "\n".join(state)
+    return json.dumps(state, indent=2, default=str)
+
+
 def _divergence(d: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td>{escape(str(c['name']))}</td><td>{escape(str(c['expected']))}</td>"
@@ -164,7 +174,7 @@ def _divergence(d: dict[str, Any]) -> str:
         if rows
         else ""
     )
-    state = "\n".join(d["state"])
+    state = _state_text(d.get("state"))
     return (
         '<section class="divergence"><h3>First divergence</h3>'
         f"<p><code>{escape(d['path'])}:{d['line']}:{d['column']}</code> ({escape(d['kind'])}"

@@ -113,6 +113,8 @@ def queries(path: str) -> list[Query]:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
+            if not path.endswith(".json"):  # a YAML flow mapping starts with { too
+                return _rule_queries(path, text)
             raise BadInput(path, exc.lineno, exc.colno, f"not JSON: {exc.msg}") from None
         if isinstance(doc, dict) and isinstance(doc.get("dashboard"), dict):
             doc = doc["dashboard"]
