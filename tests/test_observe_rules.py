@@ -197,3 +197,30 @@ def test_alert_fires_when_verified_exceeds_drafted(tmp_path: Path) -> None:
     (tmp_path / "t.yml").write_text(yaml.safe_dump(test))
     res = _run([promtool, "test", "rules", "t.yml"], tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_cli_writes_rules_and_promtool_tests(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from spectally.cli import main
+
+    res = CliRunner().invoke(
+        main,
+        ["rules", "--out", str(tmp_path), "--scheme", "backport", "--tests-from", SERVE_LOGS[0]],
+    )
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load((tmp_path / "spectally-rules.yml").read_text())
+    assert [g["name"] for g in doc["groups"]] == [
+        "spec_decode_backport_recording",
+        "spec_decode_backport_alerts",
+    ]
+    test = yaml.safe_load((tmp_path / "test-serve-draft-noise05-k3-so-json.yml").read_text())
+    assert test["rule_files"] == ["spectally-rules.yml"]
+    assert [t["name"].split(":")[0] for t in test["tests"]] == ["backport"]
+    bad = tmp_path / "bad.ndjson"
+    bad.write_text('{"record":"request"}\n')
+    assert (
+        CliRunner()
+        .invoke(main, ["rules", "--out", str(tmp_path), "--tests-from", str(bad)])
+        .exit_code
+        == 2
+    )
