@@ -145,3 +145,17 @@ def test_yaml_flow_mapping_is_read_as_rules(tmp_path: Path) -> None:
         '{groups: [{name: g, rules: [{alert: a, expr: "rate(sglang:spec_accept_rate[5m])"}]}]}'
     )
     assert [f.check for f in lint.lint_file(str(path))] == ["rate-of-gauge"]
+
+
+def test_prometheus_operator_rule_resource(tmp_path: Path) -> None:
+    path = tmp_path / "rule.yaml"
+    indented = "".join("  " + line + "\n" for line in RULES_WITH_MISTAKES.splitlines())
+    path.write_text(
+        "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: x}\n"
+        "spec:\n" + indented
+    )
+    assert [f.check for f in lint.lint_file(str(path))] == [
+        "ratio-windows",
+        "mean-length-plus-one",
+        "rate-of-gauge",
+    ]

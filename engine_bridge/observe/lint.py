@@ -147,7 +147,8 @@ def _rule_queries(path: str, text: str) -> list[Query]:
         mark = getattr(exc, "problem_mark", None)
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         raise BadInput(path, line, col, f"not YAML: {getattr(exc, 'problem', exc)}") from None
-    groups = _get(root, "groups")
+    # A bare rules file, or prometheus-operator's PrometheusRule (the groups under spec).
+    groups = _get(root, "groups") or _get(_get(root, "spec"), "groups")
     if not isinstance(groups, yaml.SequenceNode):
         raise BadInput(path, 1, 1, "neither a Grafana dashboard (no panels) nor rules (no groups)")
     out: list[Query] = []
