@@ -136,6 +136,10 @@ def test_cli_exit_codes(tmp_path: Path) -> None:
     assert runner.invoke(main, ["dashboard", "--out", str(out)]).exit_code == 0
     doc = json.loads(out.read_text())
     assert doc["uid"] == dashboard.UID and len(doc["panels"]) == 8
+    # Every panel as Grafana saves one: a data source, options, at least one query.
+    for panel in doc["panels"]:
+        assert panel["type"] == "timeseries" and panel["datasource"]["uid"] == "${datasource}"
+        assert panel["options"]["legend"]["showLegend"] is True and panel["targets"]
     assert runner.invoke(main, ["lint", "--json", str(out)]).exit_code == 0
 
 

@@ -15,8 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
+from grafana_foundation_sdk.builders import common, dashboard, prometheus, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    LegendDisplayMode,
+    LegendPlacement,
+    SortOrder,
+    TooltipDisplayMode,
+)
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos
 
 from .rules import base_rate, derived
@@ -60,6 +66,13 @@ def _panel(
         .datasource(DATASOURCE)
         .unit(unit)
         .grid_pos(GridPos(h=8, w=12, x=pos[0], y=pos[1]))
+        .legend(
+            common.VizLegendOptions()
+            .display_mode(LegendDisplayMode.TABLE)
+            .placement(LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(common.VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.NONE))
     )
     if bounds[0] is not None:
         panel = panel.min(bounds[0])
