@@ -52,6 +52,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "check what engines already emit",
         "bridge",
     ),
+    "rules": ("spectally.observe_cli:rules", "write Prometheus rules for the metrics", "observe"),
+    "dashboard": ("spectally.observe_cli:dashboard", "write a Grafana dashboard", "observe"),
+    "lint": ("spectally.observe_cli:lint", "check rules and dashboards for mistakes", "observe"),
+    "export": ("spectally.observe_cli:export_group", "export counts to other tools", "observe"),
     "compare": (
         "spectally.compare:compare",
         "compare two engines' acceptance figures in the RFC's terms",

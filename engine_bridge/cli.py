@@ -110,6 +110,15 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
     " needs spectally[ray] here and on the workers (docs/fleet.md). Write --ray=ADDRESS, or"
     " --ray after the files.",
 )
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="OUT",
+    help="also write one self-contained HTML report (verdict, totals, plots; several logs:"
+    " the fleet too) to OUT (docs/observe.md); needs spectally[observe]",
+)
 def replay(
     files: tuple[str, ...],
     metrics: str | None,
@@ -120,6 +129,7 @@ def replay(
     force_profile: str | None,
     jobs: int | None,
     ray_address: str | None,
+    html_out: str | None = None,
 ) -> None:
     """Replay step logs (NDJSON, gzip or - for stdin) through the reference.
 
@@ -186,6 +196,10 @@ def replay(
             sys.stderr.flush()
             os._exit(int(ExitCode.BAD_INPUT))
         sys.exit(ExitCode.BAD_INPUT)
+    if html_out is not None:
+        from .observe.html import write_html
+
+        write_html(html_out, outcomes, metrics)
     if len(outcomes) == 1:
         if as_json:
             click.echo(json.dumps(outcomes[0].result, indent=2))

@@ -1,0 +1,206 @@
+"""The commands that write what users look at (docs/observe.md): `spectally rules`,
+`spectally dashboard`, `spectally lint` and `spectally export aiperf`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from spectally.exit_codes import ExitCode
+
+SCHEME_NAMES = ("vllm", "rfc", "backport")
+_schemes = click.option(
+    "--scheme",
+    "schemes",
+    type=click.Choice(SCHEME_NAMES),
+    multiple=True,
+    help="counter names to write rules for (repeatable; default: all): vllm (0.32-0.34 as"
+    " released), rfc (SPEC REP-1), backport (spectally:* of the backport)",
+)
+
+
+def _bad_input(message: str) -> None:
+    click.echo(message, err=True)
+    sys.exit(int(ExitCode.BAD_INPUT))
+
+
+@click.command(
+    epilog="Exit codes: 0 the files are written; 2 bad input or usage (a log the replay"
+    " refuses, an unwritable directory); 70 internal error; 130 interrupted."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="directory to write spectally-rules.yml (and the promtool tests) into",
+)
+@_schemes
+@click.option("--window", default="5m", show_default=True, help="the rate() window")
+@click.option(
+    "--tests-from",
+    "logs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="a step log to replay into a `promtool test rules` file (repeatable): the reference's"
+    " counters after each step as input series, its metrics as expected values",
+)
+def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, ...]) -> None:
+    """Write Prometheus recording and alert rules for the spec's derived metrics.
+
+    Check them with `promtool check rules DIR/spectally-rules.yml`; with --tests-from, run
+    `promtool test rules DIR/test-*.yml` (from DIR)."""
+    from spectally.engine_bridge.observe import promtest
+    from spectally.engine_bridge.observe import rules as gen
+    from spectally.engine_bridge.records import BadInput
+
+    if logs and window != "5m":
+        raise click.UsageError("--tests-from checks the 5m rules: leave --window at 5m")
+    os.makedirs(out_dir, exist_ok=True)
+    names = list(schemes) or None
+    path = os.path.join(out_dir, "spectally-rules.yml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(gen.render(names, window))
+    click.echo(path)
+    for log in logs:
+        from spectally.engine_bridge.observe.timeline import replay_timeline
+
+        try:
+            tl = replay_timeline(log)
+        except BadInput as exc:
+            _bad_input(str(exc))
+        test = promtest.build_test(tl, "spectally-rules.yml", schemes=names)
+        base = os.path.basename(log).split(".")[0]
+        test_path = os.path.join(out_dir, f"test-{base}.yml")
+        with open(test_path, "w", encoding="utf-8") as f:
+            f.write(promtest.render(test))
+        click.echo(test_path)
+
+
+@click.command(
+    epilog="Exit codes: 0 the dashboard is written; 2 usage (an unwritable path); 70 internal"
+    " error; 130 interrupted."
+)
+@click.option(
+    "--out",
+    "out_file",
+    required=True,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="where to write the dashboard JSON (- for stdout); import it in Grafana",
+)
+@click.option(
+    "--rfc",
+    type=click.Choice(("backport", "rfc")),
+    default="backport",
+    show_default=True,
+    help="whose RFC counters the rfc side reads: the backport's spectally:* or REP-1's names",
+)
+def dashboard(out_file: str, rfc: str) -> None:
+    """Write a Grafana dashboard: acceptance rate and length legacy vs rfc, per position,
+    drafted / verified / accepted rates."""
+    from spectally.engine_bridge.observe import dashboard as gen
+
+    text = gen.render(rfc)
+    if out_file == "-":
+        click.echo(text, nl=False)
+        return
+    with open(out_file, "w", encoding="utf-8") as f:
+        f.write(text)
+    click.echo(out_file)
+
+
+@click.command(
+    epilog="Exit codes: 0 no finding; 1 findings (each names the rule or panel and the fix);"
+    " 2 bad input (not rules or a dashboard, PromQL that does not parse, unreadable);"
+    " 70 internal error; 130 interrupted."
+)
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option("--json", "as_json", is_flag=True, help="print the findings as JSON")
+def lint(files: tuple[str, ...], as_json: bool) -> None:
+    """Check Prometheus rules (YAML) or Grafana dashboards (JSON) for the known spec-decode
+    mistakes: per-position series summed into a total, rate() over a gauge, a ratio of rates
+    over different windows or label sets, acceptance against a configured k, mean length
+    without the + 1, metric names of different versions in one expression."""
+    import json
+
+    from spectally.engine_bridge.observe.lint import Finding, lint_file
+    from spectally.engine_bridge.records import BadInput
+
+    findings: list[Finding] = []
+    bad = False
+    for path in files:
+        try:
+            findings.extend(lint_file(path))
+        except BadInput as exc:
+            click.echo(str(exc), err=True)
+            bad = True
+    if as_json:
+        click.echo(json.dumps([f.to_dict() for f in findings], indent=2))
+    else:
+        for f in findings:
+            click.echo(f.render())
+        click.echo(f"{len(findings)} finding(s) in {len(files)} file(s)", err=True)
+    if bad:
+        sys.exit(int(ExitCode.BAD_INPUT))
+    sys.exit(int(ExitCode.DIVERGENCE if findings else ExitCode.OK))
+
+
+@click.group("export")
+def export_group() -> None:
+    """Export what a step log counted in other tools' formats."""
+
+
+@export_group.command(
+    "aiperf",
+    epilog="Exit codes: 0 records written; 1 a record AIPerf's model rejects (--validate);"
+    " 2 bad input (a log the replay refuses) or usage (--validate without spectally[aiperf]);"
+    " 70 internal error; 130 interrupted.",
+)
+@click.argument("log", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
+@click.option(
+    "--profile",
+    type=click.Choice(("rfc", "vllm-legacy")),
+    default="rfc",
+    show_default=True,
+    help="whose counters: the RFC's, or vLLM <= 0.34's (equal to vLLM's own payload)",
+)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="JSON Lines file, one SpecDecodeAcceptanceRecord per request (default: stdout)",
+)
+@click.option("--validate", is_flag=True, help="validate every record with AIPerf's own model")
+def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
+    """Per-request acceptance of a step log as AIPerf's SpecDecodeAcceptanceRecord (JSON
+    Lines), so a benchmark run and a production log compare in one tool (docs/observe.md)."""
+    from spectally.engine_bridge.observe import aiperf
+    from spectally.engine_bridge.records import BadInput
+
+    try:
+        result = aiperf.export(log, profile)
+    except BadInput as exc:
+        _bad_input(str(exc))
+    if validate:
+        try:
+            from pydantic import ValidationError
+
+            aiperf.validate(result.records)
+        except ImportError as exc:
+            raise click.UsageError(f"--validate needs spectally[aiperf] ({exc})") from None
+        except ValidationError as exc:
+            click.echo(f"{log}: AIPerf rejects a record: {exc}", err=True)
+            sys.exit(int(ExitCode.DIVERGENCE))
+    lines = "".join(line + "\n" for line in aiperf.jsonl(result.records))
+    if out_file == "-":
+        click.echo(lines, nl=False)
+    else:
+        with open(out_file, "w", encoding="utf-8") as f:
+            f.write(lines)
+    click.echo(
+        f"{len(result.records)} records ({profile})"
+        + (f", {result.skipped} requests without a spec step skipped" if result.skipped else ""),
+        err=True,
+    )

@@ -1,0 +1,165 @@
+"""`spectally lint` and `spectally dashboard` (docs/observe.md): each known mistake is found in a
+real-shaped Grafana dashboard and rules file, a clean dashboard passes, and what spectally
+generates (the dashboard, the rules) lints clean."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from spectally.cli import main
+from spectally.engine_bridge.observe import dashboard, lint, rules
+from spectally.engine_bridge.records import BadInput
+
+FIX = Path(__file__).parent / "fixtures" / "observe"
+
+# Each panel of dashboard-mistakes.json and the one check it must trip.
+EXPECTED = {
+    "Accepted tokens/s (all series)": "per-position-into-total",
+    "Accepted tokens, total + positions": "per-position-into-total",
+    "SGLang accept length": "rate-of-gauge",
+    "Acceptance rate (V0 gauge)": "rate-of-gauge",
+    "Acceptance rate, windows": "ratio-windows",
+    "Acceptance rate, 1m over 5m": "ratio-windows",
+    "Acceptance rate, one model": "ratio-labels",
+    "Acceptance rate, by": "ratio-labels",
+    "Acceptance rate vs k": "acceptance-vs-k",
+    "Acceptance rate vs $k": "acceptance-vs-k",
+    "Mean acceptance length": "mean-length-plus-one",
+    "Acceptance rate, backport over vLLM": "mixed-versions",
+    "Efficiency, V0 with V1": "mixed-versions",
+}
+
+
+def _by_panel(findings: list[lint.Finding]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in findings:
+        out.setdefault(f.where.split("'")[1], []).append(f.check)
+    return out
+
+
+def test_each_mistake_is_found_once_in_its_panel() -> None:
+    findings = lint.lint_file(str(FIX / "dashboard-mistakes.json"))
+    assert _by_panel(findings) == {title: [check] for title, check in EXPECTED.items()}
+    assert all(f.fix and f.where.startswith("panel '") for f in findings)
+
+
+def test_clean_dashboard_and_generated_files_lint_clean(tmp_path: Path) -> None:
+    assert lint.lint_file(str(FIX / "dashboard-clean.json")) == []
+    (tmp_path / "d.json").write_text(dashboard.render())
+    (tmp_path / "r.yml").write_text(rules.render())
+    assert len(lint.queries(str(tmp_path / "d.json"))) >= 15
+    assert lint.lint_file(str(tmp_path / "d.json")) == []
+    assert len(lint.queries(str(tmp_path / "r.yml"))) == rules.render().count("expr:")
+    assert lint.lint_file(str(tmp_path / "r.yml")) == []
+
+
+RULES_WITH_MISTAKES = """\
+groups:
+- name: vllm-spec
+  rules:
+  - record: job:spec_decode_acceptance:ratio
+    expr: >-
+      rate(vllm:spec_decode_num_accepted_tokens_total[1m])
+      / rate(vllm:spec_decode_num_draft_tokens_total[5m])
+  - record: job:spec_decode_mean_len
+    expr: |
+      sum(rate(vllm:spec_decode_num_accepted_tokens_total[5m]))
+        / sum(rate(vllm:spec_decode_num_drafts_total[5m]))
+  - alert: LowAcceptance
+    expr: rate(sglang:spec_accept_rate[5m]) < 0.2
+"""
+
+
+def test_rules_findings_name_the_rule_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yml"
+    path.write_text(RULES_WITH_MISTAKES)
+    got = [(f.where, f.line, f.check) for f in lint.lint_file(str(path))]
+    assert got == [
+        ("rule 'job:spec_decode_acceptance:ratio' (group 'vllm-spec')", 5, "ratio-windows"),
+        ("rule 'job:spec_decode_mean_len' (group 'vllm-spec')", 9, "mean-length-plus-one"),
+        ("alert 'LowAcceptance' (group 'vllm-spec')", 13, "rate-of-gauge"),
+    ]
+
+
+def test_grafana_variables_in_ranges_compare_by_name() -> None:
+    text, back = lint.substitute('rate(a[$__rate_interval]) / rate(b[${w}]) + c{x="$v"} * $k')
+    assert '{x="$v"}' in text and text.endswith("* 1")
+    assert sorted(back.values()) == ["$__rate_interval", "${w}"]
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("{not json", "not JSON"),
+        ('{"title": "x"}', "neither a Grafana dashboard"),
+        ("groups: [{name: g, rules: [{record: r, expr: 'sum(('}]}]", "does not parse"),
+        ("a: [", "not YAML"),
+    ],
+)
+def test_bad_input(tmp_path: Path, content: str, why: str) -> None:
+    path = tmp_path / ("x.json" if content.startswith("{") else "x.yml")
+    path.write_text(content)
+    with pytest.raises(BadInput, match=why):
+        lint.lint_file(str(path))
+
+
+@pytest.mark.parametrize(
+    "expr, why",
+    [
+        ("(" * 70 + "x" + ")" * 70, "nested 70 deep"),
+        ("x + " * 1200 + "x", "characters, more than the limit"),
+        (" or ".join(["x"] * 300), "more than 500 syntax nodes"),
+    ],
+)
+def test_hostile_expressions_are_refused_not_crashed(tmp_path: Path, expr: str, why: str) -> None:
+    """promql-parser recurses natively: far deeper input overflows its stack (a crash, not an
+    exception), so the bounds are checked before it parses."""
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"panels": [{"title": "t", "targets": [{"expr": expr}]}]}))
+    with pytest.raises(BadInput, match=why):
+        lint.lint_file(str(path))
+
+
+def test_cli_exit_codes(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad = runner.invoke(main, ["lint", str(FIX / "dashboard-mistakes.json")])
+    assert bad.exit_code == 1
+    assert "fix:" in bad.output and "Mean acceptance length" in bad.output
+    clean = runner.invoke(main, ["lint", str(FIX / "dashboard-clean.json")])
+    assert clean.exit_code == 0, clean.output
+    (tmp_path / "x.yml").write_text("a: [")
+    assert runner.invoke(main, ["lint", str(tmp_path / "x.yml")]).exit_code == 2
+    out = tmp_path / "d.json"
+    assert runner.invoke(main, ["dashboard", "--out", str(out)]).exit_code == 0
+    doc = json.loads(out.read_text())
+    assert doc["uid"] == dashboard.UID and len(doc["panels"]) == 8
+    # Every panel as Grafana saves one: a data source, options, at least one query.
+    for panel in doc["panels"]:
+        assert panel["type"] == "timeseries" and panel["datasource"]["uid"] == "${datasource}"
+        assert panel["options"]["legend"]["showLegend"] is True and panel["targets"]
+    assert runner.invoke(main, ["lint", "--json", str(out)]).exit_code == 0
+
+
+def test_yaml_flow_mapping_is_read_as_rules(tmp_path: Path) -> None:
+    path = tmp_path / "r.yml"
+    path.write_text(
+        '{groups: [{name: g, rules: [{alert: a, expr: "rate(sglang:spec_accept_rate[5m])"}]}]}'
+    )
+    assert [f.check for f in lint.lint_file(str(path))] == ["rate-of-gauge"]
+
+
+def test_prometheus_operator_rule_resource(tmp_path: Path) -> None:
+    path = tmp_path / "rule.yaml"
+    indented = "".join("  " + line + "\n" for line in RULES_WITH_MISTAKES.splitlines())
+    path.write_text(
+        "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: x}\n"
+        "spec:\n" + indented
+    )
+    assert [f.check for f in lint.lint_file(str(path))] == [
+        "ratio-windows",
+        "mean-length-plus-one",
+        "rate-of-gauge",
+    ]

@@ -1,0 +1,1 @@
+../../cli/observe_cli.py
