@@ -185,11 +185,12 @@ def test_unsupported_schema_version(tmp_path: Path) -> None:
 
 
 def test_unsupported_engine_version(tmp_path: Path) -> None:
-    assert bad(tmp_path, log({**HEADER, "engine_version": "0.34.0"})) == (
-        "log.ndjson:1:1: no counting profile for vllm 0.34.0: the replay has vllm-legacy"
-        " (vllm <= 0.33; counting source compared for 0.32.0, 0.33.0). If this version counts as"
-        " one of them (compare its source: python -m spectally.engine_bridge.vllm.counting_source"
-        " WHEEL), replay with --force-profile vllm-legacy"
+    assert bad(tmp_path, log({**HEADER, "engine_version": "0.35.0"})) == (
+        "log.ndjson:1:1: no counting profile for vllm 0.35.0: the replay has vllm-legacy"
+        " (vllm <= 0.33; counting source compared for 0.32.0, 0.33.0), vllm-0.34 (vllm 0.34;"
+        " counting source compared for 0.34.0). If this version counts as one of them (compare"
+        " its source: python -m spectally.engine_bridge.vllm.counting_source WHEEL), replay with"
+        " --force-profile vllm-legacy | vllm-0.34"
     )
 
 
