@@ -69,8 +69,8 @@ def patched(mutant: Mutant) -> Iterator[None]:
 def _sync_verifies_grammar_invalid(orig: Any) -> Callable[..., Any]:
     """pipeline: sync sends grammar-invalid drafts to the target as if verified."""
 
-    def pipeline(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        p = orig(mode, x, ar)
+    def pipeline(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        p = orig(mode, x, ar, *rest)
         if mode is Mode.SYNC:
             return replace(p, verified=ar.min(ar.min(x.proposed, x.schedule_cap), x.av_cap))
         return p
@@ -81,8 +81,8 @@ def _sync_verifies_grammar_invalid(orig: Any) -> Callable[..., Any]:
 def _async_eligible_uncapped(orig: Any) -> Callable[..., Any]:
     """pipeline: async eligible is every verified draft, grammar-invalid ones included."""
 
-    def pipeline(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        p = orig(mode, x, ar)
+    def pipeline(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        p = orig(mode, x, ar, *rest)
         return replace(p, eligible=p.verified) if mode is Mode.ASYNC else p
 
     return pipeline
@@ -91,8 +91,8 @@ def _async_eligible_uncapped(orig: Any) -> Callable[..., Any]:
 def _drafted_minus_grammar_invalid(orig: Any) -> Callable[..., Any]:
     """rfc_step: drafted subtracts grammar-invalid drafts (vLLM 0.32's async rule)."""
 
-    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        c = orig(mode, x, ar)
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        c = orig(mode, x, ar, *rest)
         valid = ar.ite(x.structured, ar.min(x.grammar_valid, x.proposed), x.proposed)
         invalid = ar.ite(x.applied, ar.sub(x.proposed, valid), ar.lit(0))
         return replace(c, drafted=ar.sub(c.drafted, invalid))
@@ -103,8 +103,8 @@ def _drafted_minus_grammar_invalid(orig: Any) -> Callable[..., Any]:
 def _count_discarded_spec_step(orig: Any) -> Callable[..., Any]:
     """rfc_step: a discarded in-flight block still counts a spec step."""
 
-    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        c = orig(mode, x, ar)
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        c = orig(mode, x, ar, *rest)
         step = ar.ite(ar.lt(ar.lit(0), x.proposed), ar.lit(1), ar.lit(0))
         return replace(c, spec_steps=step)
 
@@ -114,8 +114,8 @@ def _count_discarded_spec_step(orig: Any) -> Callable[..., Any]:
 def _count_discarded_block(orig: Any) -> Callable[..., Any]:
     """rfc_step: a discarded in-flight block is counted as if applied."""
 
-    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        return orig(mode, replace(x, applied=ar.truth(True)), ar)
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        return orig(mode, replace(x, applied=ar.truth(True)), ar, *rest)
 
     return rfc_step
 
@@ -123,8 +123,8 @@ def _count_discarded_block(orig: Any) -> Callable[..., Any]:
 def _spec_step_without_drafts(orig: Any) -> Callable[..., Any]:
     """rfc_step: an applied block with zero drafts counts a spec step."""
 
-    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        c = orig(mode, x, ar)
+    def rfc_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        c = orig(mode, x, ar, *rest)
         return replace(c, spec_steps=ar.ite(x.applied, ar.lit(1), ar.lit(0)))
 
     return rfc_step
@@ -155,9 +155,9 @@ def _no_accepted_bound(orig: Any) -> Callable[..., Any]:
     """admissibility: forgets that accepted <= eligible drafts."""
 
     def admissibility(
-        mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], k: Any = None
+        mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], k: Any = None, *rest: Any
     ) -> list[tuple[str, Any]]:
-        return [(r, c) for r, c in orig(mode, x, ar, k) if "eligible" not in r]
+        return [(r, c) for r, c in orig(mode, x, ar, k, *rest) if "eligible" not in r]
 
     return admissibility
 
@@ -165,11 +165,11 @@ def _no_accepted_bound(orig: Any) -> Callable[..., Any]:
 def _av_skipped_from_eligible(orig: Any) -> Callable[..., Any]:
     """fates: async av_skipped measured against eligible instead of verified."""
 
-    def fates(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        f = orig(mode, x, ar)
+    def fates(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        f = orig(mode, x, ar, *rest)
         if mode is Mode.SYNC:
             return f
-        p = st.pipeline(mode, x, ar)
+        p = st.pipeline(mode, x, ar, *rest)
         return replace(f, av_skipped=ar.sub(p.scheduled_drafts, p.eligible))
 
     return fates
@@ -196,7 +196,9 @@ def _fold_overwrites_padding(orig: Any) -> Callable[..., Any]:
 def _legacy_no_invalid(orig: Any) -> Callable[..., Any]:
     """legacy_scheduled_invalid: vLLM 0.32 would not subtract async grammar-invalid drafts."""
 
-    def legacy_scheduled_invalid(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
+    def legacy_scheduled_invalid(
+        mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any
+    ) -> Any:
         return ar.lit(0)
 
     return legacy_scheduled_invalid
@@ -205,8 +207,8 @@ def _legacy_no_invalid(orig: Any) -> Callable[..., Any]:
 def _legacy_counts_empty_steps(orig: Any) -> Callable[..., Any]:
     """legacy_step: counts a step even when no slot was scheduled (sync all-rejected too)."""
 
-    def legacy_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any]) -> Any:
-        c = orig(mode, x, ar)
+    def legacy_step(mode: Mode, x: StepInputs[Any, Any], ar: Arith[Any, Any], *rest: Any) -> Any:
+        c = orig(mode, x, ar, *rest)
         reported = ar.both(x.legacy_reported, ar.lt(ar.lit(0), x.proposed))
         return replace(c, num_drafts=ar.ite(reported, ar.lit(1), ar.lit(0)))
 

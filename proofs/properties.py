@@ -34,6 +34,7 @@ from spectally.reference import counters as ct
 from spectally.reference import metrics as mt
 from spectally.reference import step as st
 from spectally.reference.counters import LegacyTotals, PositionCounts, RfcTotals
+from spectally.reference.profile import VLLM_034
 from spectally.reference.step import Mode
 
 from . import events as evp
@@ -49,7 +50,7 @@ MODES: tuple[Mode, ...] = (Mode.SYNC, Mode.ASYNC)
 @dataclass(frozen=True)
 class Property:
     name: str
-    profile: str  # rfc | vllm-legacy
+    profile: str  # rfc | vllm-legacy | vllm-0.34 | all
     mode: str  # sync | async | both
     expected: str  # proved | refuted
     build: Callable[[], list[Obligation]]
@@ -676,6 +677,40 @@ def _legacy_spec_steps() -> list[Obligation]:
     ]
 
 
+def _vllm034(mode: Mode) -> Callable[[], list[Obligation]]:
+    """vLLM 0.34 (reference/profile.py VLLM_034) over every admissible block: its own drafted
+    is never below the rfc's verified, in either mode (0.33's async shortfall, the RFC row, is
+    gone: no grammar-invalid slot is subtracted); the rfc's verified is never below what it is
+    under vllm-legacy (0.34 only adds the first invalid draft); drafted, accepted and spec steps
+    of the rfc do not depend on the release."""
+
+    def build() -> list[Obligation]:
+        tag = fresh_tag(f"vllm034.{mode.value}")
+        ctx = Context.fresh(tag)
+        x = md.sym_inputs(f"{tag}.x")
+        adm = md.admissible(mode, x, ctx)
+        new, old = st.rfc_step(mode, x, AR, VLLM_034), st.rfc_step(mode, x, AR)
+        drafted = st.legacy_step(mode, x, AR, VLLM_034).num_draft_tokens
+        facts = (*ctx.facts(), adm)
+        shown = Shown(inputs={"block": (mode, x)})
+        same = z3.And(
+            new.drafted == old.drafted,
+            new.accepted == old.accepted,
+            new.spec_steps == old.spec_steps,
+        )
+        return [
+            Obligation("0.34: vLLM drafted >= rfc verified", facts, drafted >= new.verified, shown),
+            Obligation(
+                "0.34 verifies at least what 0.33 did", facts, new.verified >= old.verified, shown
+            ),
+            Obligation(
+                "rfc drafted, accepted, spec steps do not depend on the release", facts, same, shown
+            ),
+        ]
+
+    return build
+
+
 # -- the registry -----------------------------------------------------------------------------
 
 
@@ -745,4 +780,10 @@ def all_properties() -> list[Property]:
             "legacy:sync-async-spec-steps", "vllm-legacy", "both", "refuted", _legacy_spec_steps
         ),
     ]
+    for mode in MODES:
+        props.append(
+            Property(
+                "vllm-0.34:drafted>=verified", "vllm-0.34", mode.value, "proved", _vllm034(mode)
+            )
+        )
     return props

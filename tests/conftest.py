@@ -77,6 +77,7 @@ UNTRACED = frozenset(
         "test_hostile_input",
         "test_mutants",
         "test_recorder",
+        "test_recorder_loud",
         "test_replay",
         "test_typing",
     }

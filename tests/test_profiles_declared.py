@@ -129,3 +129,10 @@ def test_fates_partition_under_every_profile(mode: Mode) -> None:
             assert sum(f.values()) == 4
             tf = token_fates(mode, x, profile)
             assert all(tf.count(n) == v for n, v in f.items())
+
+
+def test_fate_counts_names_the_fates() -> None:
+    from spectally.reference.step import fate_counts
+
+    assert fate_counts(SYNC, CUT, VLLM_034) == fates(SYNC, CUT, AR, VLLM_034).as_dict()
+    assert fate_counts(SYNC, CUT)["grammar_invalid_verified"] == 0  # vllm-legacy

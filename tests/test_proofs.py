@@ -37,6 +37,7 @@ NAMES = {
     "metrics:identities",
     "merge:monoid",
     "legacy:drafted>=verified",
+    "vllm-0.34:drafted>=verified",
     "legacy:sync-async-spec-steps",
 }
 
@@ -112,7 +113,7 @@ def test_json_shape(prove_json: dict[str, Any]) -> None:
     for p in prove_json["properties"]:
         assert {"name", "profile", "verdict", "seconds"} <= set(p)
         assert p["verdict"] in ("proved", "refuted", "unknown")
-        assert p["profile"] in ("rfc", "vllm-legacy", "all")
+        assert p["profile"] in ("rfc", "vllm-legacy", "vllm-0.34", "all")
         assert isinstance(p["seconds"], float)
         if p["verdict"] == "refuted":
             assert isinstance(p["witness"], dict)

