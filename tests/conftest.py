@@ -71,6 +71,7 @@ UNTRACED = frozenset(
         "test_fuzz_cli",
         "test_hostile_input",
         "test_mutants",
+        "test_parity",
         "test_recorder",
         "test_replay",
         "test_typing",
