@@ -398,11 +398,14 @@ def test_implementing_guide_new_payload_fields_exist() -> None:
 
 
 def test_spec_and_guide_name_the_same_new_worker_fields() -> None:
-    sketch = (REPO / "docs" / "vllm-0.33-patch-sketch.md").read_text(encoding="utf-8")
-    for name in ("num_verified_draft_tokens", "num_proposed_draft_tokens"):
-        assert f"{name}: dict[str, int] | None = None" in sketch, name
+    patch = (REPO / "patches" / "vllm-0.34.0-spec-decode-counting.patch").read_text(
+        encoding="utf-8"
+    )
+    for name in ("num_draft_tokens", "num_verified_draft_tokens"):
+        assert f"+    {name}: list[int] | None = None" in patch, name
         assert f"ModelRunnerOutput.{name}" in _implementing(), name
     assert "ModelRunnerOutput" in SPEC[SPEC.index("## 11.") :]
+    assert "vllm:spec_decode_num_verified_draft_tokens" in patch
 
 
 def test_the_summary_at_the_top_states_the_vectors_numbers() -> None:
