@@ -60,7 +60,7 @@ RUNS: tuple[MeasuredRun, ...] = (
 VECTOR_SHAPES: tuple[tuple[str, str], ...] = (
     ("schedule truncation (token budget / max_model_len)", "schedule-cut-sync"),
     ("schedule cut to zero drafts", "schedule-cut-to-zero"),
-    ("P/D uniform padding (vllm#50518, unmerged)", "padding-only-pd"),
+    ("uniform padding of a new decode request (P/D, prefix-cache hit)", "padding-only-pd"),
     ("adaptive verification + async SO (the RFC's row)", "rfc-row-async-av-grammar"),
     ("adaptive verification budget 0", "av-budget-zero"),
 )
