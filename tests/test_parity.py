@@ -86,6 +86,15 @@ def test_preemption_parts_the_stories() -> None:
     assert any(r.differing for r in parted)  # different stories do change the counters
 
 
+def test_abort_timing_parts_the_stories() -> None:
+    """The interleave pair aborts two requests: sync applied one more block before the abort,
+    async still had that block in flight and discarded it."""
+    report = compare_runs(*(read_run(str(p)) for p in PAIRS["interleave"]))
+    parted = [r for r in report.requests if not r.story_equal]
+    assert parted and all(r.what.startswith("abort timing:") for r in parted)
+    assert all("abort" in (r.sync_entry + r.async_entry) for r in parted)
+
+
 def test_broken_counter_is_a_violation() -> None:
     """Break one counter of one block of the async run (drafted + 1, as a counting path that
     counted a placeholder would): the request and the block must be named, exit 1."""
