@@ -21,6 +21,7 @@ from typing import Any
 import click
 from spectally import __version__
 from spectally.exit_codes import ExitCode
+from spectally.reference.profile import PROFILES as _DECLARED
 
 # The part of every command's exit-code epilog that is the same for all of them.
 EXIT_COMMON = (
@@ -59,6 +60,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "import": (
         "spectally.engine_bridge.cli:import_group",
         "check what engines already emit",
+        "bridge",
+    ),
+    "version-diff": (
+        "spectally.engine_bridge.version_diff:version_diff",
+        "a log's vLLM counters under each release's counting",
         "bridge",
     ),
 }
@@ -229,6 +235,15 @@ def _bounded(ctx: click.Context, param: click.Parameter, value: int | None) -> i
     metavar="A",
     help="drafts the target accepted (bonus token excluded)",
 )
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(sorted(_DECLARED)),
+    default="vllm-legacy",
+    show_default=True,
+    help="the engine release's counting profile (reference/profile.py): its pipeline and its"
+    " own counters",
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def step(
     mode: str,
@@ -237,11 +252,15 @@ def step(
     scheduled: int | None,
     av_verify: int | None,
     accepted: int,
+    profile_name: str,
     as_json: bool,
 ) -> None:
     """Evaluate one request-step: each draft's fate and the counters under both profiles."""
     from spectally.reference.machine import step_counts
+    from spectally.reference.profile import PROFILES
     from spectally.reference.step import Mode, StepQuery, token_fates
+
+    profile = PROFILES[profile_name]
 
     query = StepQuery(
         mode=Mode(mode),
@@ -257,13 +276,15 @@ def step(
         click.echo(f"spectally step: inadmissible input: {'; '.join(reasons)}", err=True)
         sys.exit(2)
     inputs = query.inputs()
-    result: dict[str, Any] = step_counts(query.mode, inputs)
-    fates = token_fates(query.mode, inputs)
+    result: dict[str, Any] = step_counts(query.mode, inputs, profile)
+    fates = token_fates(query.mode, inputs, profile)
     result["token_fates"] = fates
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
     click.echo(f"mode {mode}: {proposed} drafted")
+    if profile_name != "vllm-legacy":
+        click.echo(f"profile {profile_name}: the release's pipeline and its own counters")
     for i, fate in enumerate(fates):
         click.echo(f"  draft {i}: {fate}")
     rfc, legacy = result["rfc"], result["vllm-legacy"]

@@ -82,7 +82,8 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
     default=None,
     metavar="PROFILE",
     callback=_profile_option,
-    help="count every log under PROFILE (vllm-legacy: vLLM <= 0.33) whatever engine version"
+    help="count every log under PROFILE (vllm-legacy: vLLM <= 0.33; vllm-0.34: vLLM 0.34)"
+    " whatever engine version"
     " its header names, e.g. a newer release whose counting source you compared (docs/replay.md,"
     " Profiles); without it such a log is refused (exit 2). Reports say the profile was FORCED.",
 )
@@ -127,8 +128,9 @@ def replay(
 
     Every record is translated into reference events; after each one the engine's own
     numbers (scheduled, invalid, accepted, step_stats, totals) are asserted against the
-    reference's profile for that engine version (vllm-legacy for vLLM <= 0.33; a newer
-    version is refused unless --force-profile names the profile to assume), while the rfc
+    reference's profile for that engine version (vllm-legacy for vLLM <= 0.33, vllm-0.34 for
+    0.34; reference/profile.py declares them; a newer version is refused unless
+    --force-profile names the profile to assume), while the rfc
     counters are computed alongside. The report ends with totals under both profiles,
     derived metrics and the shift from legacy to rfc, explained. A columnar checker (the same
     rules over whole arrays) judges agreeing logs fast; anything else is replayed through the

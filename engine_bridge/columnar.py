@@ -60,7 +60,7 @@ from .profiles import resolve
 from .records import BadInput, Record, exported_counters, parse_line
 from .reference_replay import metrics_divergence
 from .report import ReplayResult, Tally, make_summary, stats_not_compared
-from .translate import Header
+from .translate import LEGACY_PROFILE, Header
 
 STALE = OUTCOME_CODE["discarded_stale"]
 APPLIED = OUTCOME_CODE["applied"]
@@ -191,6 +191,10 @@ class Columnar:
                 raise Irregular(f"header: {exc}") from None
             if header.profile is None:
                 raise Irregular("no counting profile")
+            if header.profile != LEGACY_PROFILE:
+                # The array rules (colblocks.block_inputs) mirror translate.py for vllm-legacy;
+                # a log of another profile is the reference replay's.
+                raise Irregular(f"profile {header.profile}: checked by the reference replay")
             self.header = header
             self.tally.counts["header"] += 1
             records, start = records.cut(1, len(records)), 2

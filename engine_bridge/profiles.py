@@ -1,13 +1,32 @@
 """Which counting profile a step log is replayed under, and forcing one (``--force-profile``).
 
-A profile is the set of counting rules the replay asserts the engine's own numbers against
-(`reference/step.py`). The header's ``engine`` and ``engine_version`` choose it through
-`translate.profile_for` (vLLM <= 0.33: ``vllm-legacy``; the table follows the counting source
-pinned in ``vllm/counting_source.json``). A version the table does not know is refused (exit 2):
-replaying it under a profile is a claim that it counts like that profile, which the replay
-cannot check. The user who has checked it (a release candidate, a fork, a dev build whose
-counting source `counting_source` finds unchanged) says so with ``--force-profile NAME``; every
-report then states that the profile was forced, what the header said and what was assumed.
+A profile is one declaration of an engine release's counting facts (`reference/profile.py`:
+``CountingProfile``, engine-neutral; the step rules of `reference/step.py` read its fields).
+The header's ``engine`` and ``engine_version`` choose it through `translate.profile_for`, which
+reads the release table ``reference.profile.RELEASES``: a release that counts like a known one
+is one line there; one that does not is one new ``CountingProfile`` plus the vectors that pin
+its difference (spec/vectors.py). The declaration form:
+
+    CountingProfile(
+        name="vllm-0.34", engine="vllm",
+        sync_grammar_keeps=GrammarKeep.PREFIX_AND_FIRST_INVALID,  # sync cut before scheduling
+        async_counted_keeps=GrammarKeep.EVERYTHING,  # what async drafted keeps of the slots
+        padding_counted=True, av_counted=False, stale_output_counted=True,
+        step_counts=StepCounts.SCHEDULED_SLOTS, skip_drafts=SkipDrafts.LOOKAHEAD,
+        source=(("sync grammar", "file:function"), ...),
+    )
+
+Another engine (llama.cpp, SGLang) declares its own with ``engine="llama.cpp"`` and its own
+``RELEASES`` lines; every field's answers are listed in `reference/profile.py`.
+
+The evidence that a release counts as its profile is the counting-source pin
+(``release_pin.json``, written by ``python -m spectally.engine_bridge.vllm.counting_source``).
+
+A version the table does not know is refused (exit 2): replaying it under a profile is a claim
+that it counts like that profile, which the replay cannot check. The user who has checked it (a
+release candidate, a fork, a dev build whose counting source `counting_source` finds unchanged)
+says so with ``--force-profile NAME``; every report then states that the profile was forced,
+what the header said and what was assumed.
 
 Why a profile name and not an assumed version (``--assume-engine-version 0.33.0``): the name is
 what every report already prints over its totals column (``vllm-legacy``), so the flag reads as
@@ -26,33 +45,41 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .translate import LEGACY_MAX_VERSION, LEGACY_PROFILE, Header, profile_for
+from spectally.reference.profile import PROFILES as DECLARED
+from spectally.reference.profile import releases_of
+
+from .release_pin import pinned_releases
+from .translate import Header, profile_for
 
 FORCE_FLAG = "--force-profile"
 
-# profile -> (engine, the versions it models, in words). Keep in step with translate.profile_for
-# (tests/test_force_profile.py checks that every profile here is one profile_for returns).
+
+def _versions(name: str) -> str:
+    """The releases a profile models, in words: "vllm <= 0.33" (older ones included) or
+    "vllm 0.34"."""
+    declared = DECLARED[name]
+    prefixes = releases_of(name)
+    if profile_for(declared.engine, "0") == name:
+        return f"{declared.engine} <= {prefixes[-1]}"
+    return f"{declared.engine} {', '.join(prefixes)}"
+
+
+# profile -> (engine, the versions it models, in words): the declarations, read.
 PROFILES: dict[str, tuple[str, str]] = {
-    LEGACY_PROFILE: ("vllm", "vllm <= " + ".".join(map(str, LEGACY_MAX_VERSION))),
+    name: (declared.engine, _versions(name)) for name, declared in DECLARED.items()
 }
 
 
 def compared_releases(profile: str) -> list[str]:
     """The releases whose counting source was compared and found to count as ``profile`` (the
-    evidence pinned in counting_source.json); [] when the pin cannot be read."""
-    from .vllm.counting_source import load_pin
-
+    evidence pinned in release_pin.json); [] when the pin cannot be read."""
     engine = PROFILES[profile][0]
-    try:
-        releases = sorted(load_pin()["releases"])
-    except (OSError, ValueError, KeyError):  # pragma: no cover - a damaged checkout
-        return []
-    return [v for v in releases if profile_for(engine, v) == profile]
+    return [v for v in pinned_releases() if profile_for(engine, v) == profile]
 
 
 def known_profiles() -> str:
-    """Every profile with the versions it models: "vllm-legacy (vllm <= 0.33; counting source
-    compared for 0.32.0, 0.33.0)"."""
+    """Every profile with the versions it models: "vllm-legacy (vllm 0.32, 0.33 (and older);
+    counting source compared for 0.32.0, 0.33.0)"."""
     parts = []
     for name, (_, versions) in PROFILES.items():
         compared = compared_releases(name)

@@ -31,6 +31,7 @@ from spectally.reference.errors import IllegalEvent, InvariantViolation
 from spectally.reference.events import Accept, Event, StepBegin
 from spectally.reference.invariants import check_invariants
 from spectally.reference.machine import Engine, EngineConfig, RequestState
+from spectally.reference.profile import VLLM_LEGACY
 from spectally.reference.step import (
     Mode,
     legacy_scheduled_invalid,
@@ -63,6 +64,7 @@ from .translate import (
     DISCARDED_OUTCOMES,
     Header,
     Untranslatable,
+    counting_profile,
     delivered_mismatch,
     lifecycle_event,
     translate_block,
@@ -95,6 +97,7 @@ class Replayer:
         self.header: Header | None = None
         self.engine: Engine | None = None
         self.mode = Mode.SYNC
+        self.profile = VLLM_LEGACY
         self.k = 1
         self.step: int | None = None
         self.account: StepAccount | None = None
@@ -184,9 +187,16 @@ class Replayer:
             raise BadInput(self.path, line, 1, no_profile_reason(header))
         self.header = header
         self.mode = header.mode
+        self.profile = counting_profile(header.profile)
         self.k = header.k
         self.engine = Engine(
-            EngineConfig(header.mode, header.k, header.drop_stale_output), check=self.check
+            EngineConfig(
+                header.mode,
+                header.k,
+                header.drop_stale_output,
+                counting_profile(header.profile),
+            ),
+            check=self.check,
         )
         self.legacy_pos = [0] * self.k
         self.reported_pos = [0] * self.k
@@ -279,7 +289,7 @@ class Replayer:
         self.tally.checked += 1
         mode = self.mode
         try:
-            plan = translate_block(mode, state.structured, rec)
+            plan = translate_block(mode, state.structured, rec, self.profile)
         except Untranslatable as exc:
             self.account.tainted = f"line {line} could not be translated"
             self._diverge(
@@ -315,7 +325,7 @@ class Replayer:
             # when vLLM dropped it, and then vLLM 0.32 skips it too (SPEC.md R6, L5, DEC-7).
             # Whether the preemption really dropped it is checked when its Accept is applied.
             inputs = block.inputs(accepted, False, False)
-            lg = legacy_step(mode, inputs, INT_ARITH)
+            lg = legacy_step(mode, inputs, INT_ARITH, self.profile)
             actual_outcome = outcome
             claim = Claim(line, outcome, rec)
             self.claims[(rid, step)] = claim
@@ -324,9 +334,9 @@ class Replayer:
                 held = self.held.get(rid)
                 if held is not None and held.record["event"] == "preempt":
                     self._release(rid)
-        scheduled_slots = pipeline(mode, inputs, INT_ARITH).scheduled_slots
+        scheduled_slots = pipeline(mode, inputs, INT_ARITH, self.profile).scheduled_slots
         if plan.in_forward_pass:
-            exp_invalid = legacy_scheduled_invalid(mode, inputs, INT_ARITH)
+            exp_invalid = legacy_scheduled_invalid(mode, inputs, INT_ARITH, self.profile)
             act_invalid = rec["invalid"] or 0
         else:
             exp_invalid = act_invalid = rec["invalid"] or 0
@@ -351,7 +361,9 @@ class Replayer:
         for i in range(lg.num_accepted_tokens):
             self.legacy_pos[i] += 1
         shift = self.tally.shift
-        for name, value in zip(shift, shift_terms(mode, inputs, lg, INT_ARITH), strict=True):
+        for name, value in zip(
+            shift, shift_terms(mode, inputs, lg, INT_ARITH, self.profile), strict=True
+        ):
             shift[name] += value
 
     def _step_stats(self, line: int, rec: Record) -> None:

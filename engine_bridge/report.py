@@ -13,7 +13,8 @@ from typing import Any
 from spectally.reference.arith import Arith, B, N
 from spectally.reference.counters import Counters
 from spectally.reference.metrics import derived_metrics, legacy_metrics
-from spectally.reference.step import LegacyStepCounts, Mode, StepInputs, pipeline
+from spectally.reference.profile import VLLM_LEGACY, CountingProfile, GrammarKeep
+from spectally.reference.step import LegacyStepCounts, Mode, StepInputs, grammar_keeps, pipeline
 
 from .profiles import forced_text, forced_view
 from .records import BadInput, Record
@@ -126,11 +127,17 @@ SHIFT_TERMS = (
 
 
 def shift_terms(
-    mode: Mode, x: StepInputs[N, B], lg: LegacyStepCounts[N], ar: Arith[N, B]
+    mode: Mode,
+    x: StepInputs[N, B],
+    lg: LegacyStepCounts[N],
+    ar: Arith[N, B],
+    profile: CountingProfile = VLLM_LEGACY,
 ) -> tuple[N, ...]:
     """What one block adds to each shift term (`SHIFT_TERMS`), over any arithmetic: ints for
-    the reference replay, whole arrays for the columnar one (one text for both)."""
-    p = pipeline(mode, x, ar)
+    the reference replay, whole arrays for the columnar one (one text for both). ``profile``:
+    the release's counting facts (in vLLM 0.34 async drafted keeps grammar-invalid slots)."""
+    p = pipeline(mode, x, ar, profile)
+    subtracts = profile.async_counted_keeps is not GrammarKeep.EVERYTHING
     zero, one = ar.lit(0), ar.lit(1)
     d = p.scheduled_drafts
     if Mode(mode) is Mode.SYNC:
@@ -138,10 +145,13 @@ def shift_terms(
         truncated = ar.sub(p.after_grammar_sync, d)
         padding = ar.sub(p.scheduled_slots, d)
     else:
-        grammar = ar.ite(x.structured, ar.sub(d, ar.min(d, x.grammar_valid)), zero)
+        kept = grammar_keeps(profile.async_counted_keeps, x, ar)
+        grammar = ar.ite(x.structured, ar.sub(d, ar.min(d, kept)), zero)
         truncated = ar.sub(x.proposed, d)
-        # async + structured: vLLM counts padding as invalid, so legacy never drafted it
-        padding = ar.ite(x.structured, zero, ar.sub(p.scheduled_slots, d))
+        # async + structured: vLLM <= 0.33 counts padding as invalid, so legacy never drafted it
+        padding = ar.sub(p.scheduled_slots, d)
+        if subtracts:
+            padding = ar.ite(x.structured, zero, padding)
     applied = x.applied
     stale = ar.both(ar.negate(applied), x.legacy_reported)
     no_slots = ar.both(ar.lt(zero, x.proposed), ar.eq(p.scheduled_slots, zero))

@@ -8,11 +8,17 @@ it. Its events follow the mode's pipeline (reference/step.py):
 
 * ``Propose(proposed)`` always opens the block; ``Pad(padding)`` when padding > 0.
 * sync: ``GrammarReject(proposed - grammar_valid)`` when grammar_valid is known and smaller;
-  ``Truncate(offered - scheduled)`` where offered is grammar_valid for a structured request
-  (vLLM's ``validate_tokens`` strips placeholders) and proposed + padding otherwise.
+  ``Truncate(offered - scheduled)`` where offered is what the profile's grammar keeps for a
+  structured request (vLLM <= 0.33 ``validate_tokens``: the valid prefix; 0.34
+  ``trim_spec_tokens``: the valid prefix and the first invalid draft; placeholders stripped) and
+  proposed + padding otherwise. Under a profile that keeps the first invalid draft, a grammar-cut
+  block scheduled below what the grammar kept is refused: the log cannot tell a schedule cut
+  there from the older grammar cut, and a log of the older cut must not pass as the newer one.
+* The profile (reference/profile.py) decides what each count means; `profile_for` picks it
+  from the header's engine and version (`RELEASES`).
 * async: ``Truncate(proposed + padding - scheduled)``; after ``Verify`` the grammar rejects the
   scheduled drafts past the grammar-valid prefix (``grammar_valid``, or ``scheduled - invalid``
-  when only ``invalid`` is known).
+  when only ``invalid`` is known and the profile's ``invalid`` is the grammar's count).
 * ``AVSkip(scheduled drafts - verified)`` when the record knows ``verified`` and it is smaller.
 * ``Verify`` names the drafts in the forward pass. A block that never reached the forward pass
   (a discarded proposal with ``scheduled == 0`` and ``sampled == 0``) gets no ``Verify``.
@@ -46,15 +52,18 @@ from spectally.reference.events import (
     Truncate,
     Verify,
 )
-from spectally.reference.step import Mode
+from spectally.reference.profile import (
+    PROFILES,
+    RELEASES,
+    VLLM_LEGACY,
+    CountingProfile,
+    GrammarKeep,
+)
+from spectally.reference.step import Mode, StepInputs, grammar_keeps
 
 Record = dict[str, Any]
 
-LEGACY_PROFILE = "vllm-legacy"
-# Profiles whose step_stats the replay can predict: (engine, newest version) -> profile name.
-# 0.33.x counts as 0.32.0: the counting functions are byte-identical (evidence pinned in
-# engine_bridge/vllm/counting_source.json, checked by tests/test_counting_source.py).
-LEGACY_MAX_VERSION = (0, 33)
+LEGACY_PROFILE = VLLM_LEGACY.name
 
 # The outcome a lifecycle event gives to the blocks it discards (machine.Outcome values).
 LIFECYCLE_OUTCOME = {
@@ -96,15 +105,25 @@ def parse_version(version: str) -> tuple[int, ...]:
 
 
 def profile_for(engine: str, engine_version: str) -> str | None:
-    """The counting profile an engine version reports under; None when the replay has none."""
-    if engine != "vllm":
-        return None
+    """The counting profile an engine version reports under (reference/profile.py `RELEASES`:
+    a release prefix matches the version's leading numbers); None when none is declared. A
+    version older than every release an engine declares counts like its oldest (vLLM's
+    counting is unchanged back to the V1 engine's spec-decode stats)."""
     version = parse_version(engine_version)
     if not version:
         return None
-    if version[:2] <= LEGACY_MAX_VERSION:
-        return LEGACY_PROFILE
+    declared = [(parse_version(p), name) for e, p, name in RELEASES if e == engine]
+    for prefix, name in declared:
+        if version[: len(prefix)] == prefix:
+            return name
+    if declared and version < min(declared)[0]:
+        return min(declared)[1]
     return None
+
+
+def counting_profile(name: str | None) -> CountingProfile:
+    """The declaration of a profile name (a header's ``profile``); vllm-legacy when None."""
+    return VLLM_LEGACY if name is None else PROFILES[name]
 
 
 @dataclass(frozen=True)
@@ -165,7 +184,9 @@ def lifecycle_event(rec: Record) -> Event:
     return Preempt(rid, step, drop_stale_output=rec.get("drop_stale_output"))
 
 
-def translate_block(mode: Mode, structured: bool, rec: Record) -> BlockPlan:
+def translate_block(
+    mode: Mode, structured: bool, rec: Record, profile: CountingProfile = VLLM_LEGACY
+) -> BlockPlan:
     """The reference events of a ``request_step`` record (see the module docstring)."""
     rid: str = rec["request"]
     step: int = rec["step"]
@@ -188,10 +209,20 @@ def translate_block(mode: Mode, structured: bool, rec: Record) -> BlockPlan:
     if pad:
         events.append(Pad(rid, step, pad))
     if mode is Mode.SYNC:
-        kept = n if g is None else g
-        if kept < n:
-            events.append(GrammarReject(rid, step, n - kept))
+        valid = n if g is None else g
+        if valid < n:
+            events.append(GrammarReject(rid, step, n - valid))
+        kept = _sync_kept(profile, structured, n, valid)
         offered = kept if structured else n + pad
+        cut_first = profile.sync_grammar_keeps is not GrammarKeep.VALID_PREFIX
+        reached = s > 0 or rec["sampled"] > 0 or outcome in ("applied", "discarded_stale")
+        if cut_first and structured and valid < n and s < kept and reached:
+            raise Untranslatable(
+                f"scheduled {s} of a block the grammar cut to {valid} valid drafts: profile"
+                f" {profile.name} keeps {kept} ({profile.sync_grammar_keeps.value}), so the"
+                " grammar cut this block as an older release does",
+                "scheduled",
+            )
     else:
         kept = n
         offered = n + pad
@@ -219,15 +250,24 @@ def translate_block(mode: Mode, structured: bool, rec: Record) -> BlockPlan:
     if in_forward:
         events.append(Verify(rid, step, verified))
         if mode is Mode.ASYNC and structured:
-            valid = g
-            if valid is None and invalid is not None:
-                valid = max(s - invalid, 0)
-            if valid is not None and valid < scheduled_drafts:
-                events.append(GrammarReject(rid, step, scheduled_drafts - valid))
+            async_valid = g
+            grammar_count = profile.async_counted_keeps is not GrammarKeep.EVERYTHING
+            if async_valid is None and invalid is not None and grammar_count:
+                async_valid = max(s - invalid, 0)
+            if async_valid is not None and async_valid < scheduled_drafts:
+                events.append(GrammarReject(rid, step, scheduled_drafts - async_valid))
     accept = None
     if outcome == "applied" or outcome in HELD_ACCEPT_OUTCOMES:
         accept = Accept(rid, step, rec["accepted"])
     return BlockPlan(tuple(events), accept, scheduled_drafts, verified, in_forward)
+
+
+def _sync_kept(profile: CountingProfile, structured: bool, n: int, valid: int) -> int:
+    """Drafts a sync grammar keeps before scheduling under ``profile`` (`step.grammar_keeps`)."""
+    if not structured:
+        return n
+    x = StepInputs(n, 0, True, valid, n, n, 0, True, True)
+    return grammar_keeps(profile.sync_grammar_keeps, x, INT_ARITH)
 
 
 @dataclass(frozen=True)

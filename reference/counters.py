@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Generic
 
 from .arith import INT_ARITH, Arith, B, N
+from .profile import VLLM_LEGACY, CountingProfile
 from .step import (
     Fates,
     LegacyStepCounts,
@@ -193,9 +194,13 @@ class Counters:
             positions=tuple(position_zero(INT_ARITH) for _ in range(k)),
         )
 
-    def add_step(self, mode: Mode, x: StepInputs[int, bool]) -> Counters:
-        """Fold one block: its step counts, then `add_counts`."""
-        return self.add_counts(rfc_step(mode, x, INT_ARITH), legacy_step(mode, x, INT_ARITH))
+    def add_step(
+        self, mode: Mode, x: StepInputs[int, bool], profile: CountingProfile = VLLM_LEGACY
+    ) -> Counters:
+        """Fold one block: its step counts under ``profile``, then `add_counts`."""
+        return self.add_counts(
+            rfc_step(mode, x, INT_ARITH, profile), legacy_step(mode, x, INT_ARITH, profile)
+        )
 
     def add_counts(self, c: RfcStepCounts[int], legacy: LegacyStepCounts[int]) -> Counters:
         """Fold one block's step counts (``rfc_step``, ``legacy_step``) into every counter."""

@@ -61,6 +61,7 @@ from .events import (
     Verify,
 )
 from .invariants import check_invariants, check_monotone
+from .profile import VLLM_LEGACY, CountingProfile
 from .step import LegacyStepCounts, Mode, RfcStepCounts, StepInputs, legacy_step, rfc_step
 from .transitions import accept_rule, fresh_block, lifecycle_rule, stage_rule
 
@@ -207,6 +208,7 @@ class EngineConfig:
     mode: Mode
     k: int
     drop_stale_output: bool = False
+    profile: CountingProfile = VLLM_LEGACY  # the release whose pipeline the blocks follow
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, Mode):
@@ -389,9 +391,9 @@ class Engine:
     ) -> ClosedBlock:
         """A closed block with its step counts, evaluated once: `apply` folds them into the
         engine totals and the request's counters, and replay reads them."""
-        mode = self.config.mode
-        rfc = rfc_step(mode, inputs, INT_ARITH)
-        legacy = legacy_step(mode, inputs, INT_ARITH)
+        mode, profile = self.config.mode, self.config.profile
+        rfc = rfc_step(mode, inputs, INT_ARITH, profile)
+        legacy = legacy_step(mode, inputs, INT_ARITH, profile)
         return ClosedBlock(request, step, outcome, inputs, rfc, legacy)
 
     def _block_event(
@@ -440,7 +442,9 @@ class Engine:
             raise illegal("sync mode: the previous block's output is not processed yet")
         if not isinstance(event, Accept):  # Accept is checked below (accept_rule)
             rule = RULE_STAGE[stage]
-            conditions, after, named = stage_rule(mode, rule, block.so_far, count, k, INT_ARITH)
+            conditions, after, named = stage_rule(
+                mode, rule, block.so_far, count, k, INT_ARITH, self.config.profile
+            )
             for reason, ok in conditions:
                 if not ok:
                     raise illegal(reason.format(**named))
@@ -454,7 +458,14 @@ class Engine:
             )
 
         conditions, inputs = accept_rule(
-            mode, block.so_far, count, block.stale, block.stale_dropped, k, INT_ARITH
+            mode,
+            block.so_far,
+            count,
+            block.stale,
+            block.stale_dropped,
+            k,
+            INT_ARITH,
+            self.config.profile,
         )
         reasons = [r for r, ok in conditions if not ok]
         if reasons:
@@ -480,7 +491,10 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def step_counts(mode: Mode, inputs: StepInputs[int, bool]) -> dict[str, dict[str, object]]:
-    """Both profiles' counts of one block (what ``spectally step --json`` prints)."""
-    r = rfc_step(mode, inputs, INT_ARITH)
-    return counts_dict(r, r.fates, legacy_step(mode, inputs, INT_ARITH))
+def step_counts(
+    mode: Mode, inputs: StepInputs[int, bool], profile: CountingProfile = VLLM_LEGACY
+) -> dict[str, dict[str, object]]:
+    """Both counters' counts of one block under ``profile``'s release (what ``spectally step
+    --json`` prints)."""
+    r = rfc_step(mode, inputs, INT_ARITH, profile)
+    return counts_dict(r, r.fates, legacy_step(mode, inputs, INT_ARITH, profile))

@@ -23,6 +23,7 @@ from typing import Generic
 
 from .arith import INT_ARITH, Arith, B, N
 from .errors import InadmissibleStep
+from .profile import VLLM_LEGACY, CountingProfile, GrammarKeep
 
 
 class Mode(str, enum.Enum):
@@ -100,51 +101,56 @@ class Pipeline(Generic[N]):
     scheduled_slots: N  # slots the schedule kept, padding included (what vLLM 0.32 sees)
 
 
-def pipeline(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> Pipeline[N]:
-    """Run the stage caps over the block, in ``mode``'s order."""
+def grammar_keeps(keep: GrammarKeep, x: StepInputs[N, B], ar: Arith[N, B]) -> N:
+    """Drafts a grammar stage keeps of a structured proposal, per the profile's answer."""
+    valid = ar.min(x.grammar_valid, x.proposed)
+    if keep is GrammarKeep.VALID_PREFIX:
+        return valid
+    if keep is GrammarKeep.PREFIX_AND_FIRST_INVALID:
+        # vLLM 0.34 trim_spec_tokens: spec_tokens[: len_validated + 1]
+        return ar.min(ar.add(valid, ar.lit(1)), x.proposed)
+    return x.proposed
+
+
+def pipeline(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
+) -> Pipeline[N]:
+    """Run the stage caps over the block, in ``mode``'s order, as ``profile``'s release does."""
     real_after_grammar = ar.ite(x.structured, ar.min(x.grammar_valid, x.proposed), x.proposed)
     if _is_sync(mode):
-        kept_by_grammar = real_after_grammar
-        scheduled_drafts = ar.min(kept_by_grammar, x.schedule_cap)
-        verified = ar.min(scheduled_drafts, x.av_cap)
-        eligible = verified
-        # vLLM's validate_tokens strips a -1 placeholder and all after it for structured requests.
+        kept_by_grammar = ar.ite(
+            x.structured, grammar_keeps(profile.sync_grammar_keeps, x, ar), x.proposed
+        )
+        # vLLM strips a -1 placeholder and all after it for structured requests.
         slots_offered = ar.ite(x.structured, kept_by_grammar, ar.add(x.proposed, x.padding))
     else:
         kept_by_grammar = x.proposed
-        scheduled_drafts = ar.min(x.proposed, x.schedule_cap)
-        verified = ar.min(scheduled_drafts, x.av_cap)
-        eligible = ar.min(verified, real_after_grammar)
         slots_offered = ar.add(x.proposed, x.padding)
+    scheduled_drafts = ar.min(kept_by_grammar, x.schedule_cap)
+    verified = ar.min(scheduled_drafts, x.av_cap)
     return Pipeline(
         after_grammar_sync=kept_by_grammar,
         scheduled_drafts=scheduled_drafts,
         verified=verified,
-        eligible=eligible,
+        eligible=ar.min(verified, real_after_grammar),
         scheduled_slots=ar.min(slots_offered, x.schedule_cap),
     )
 
 
-def fates(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> Fates[N]:
-    """Each proposed draft's fate: the first stage that cut it."""
-    p = pipeline(mode, x, ar)
-    zero = ar.lit(0)
-    if _is_sync(mode):
-        return Fates(
-            accepted=x.accepted,
-            rejected=ar.sub(p.verified, x.accepted),
-            grammar_invalid_verified=zero,
-            grammar_invalid_unverified=ar.sub(x.proposed, p.after_grammar_sync),
-            av_skipped=ar.sub(p.scheduled_drafts, p.verified),
-            truncated=ar.sub(p.after_grammar_sync, p.scheduled_drafts),
-        )
+def fates(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
+) -> Fates[N]:
+    """Each proposed draft's fate: the first stage that cut it. A grammar-invalid draft in the
+    forward pass is ``grammar_invalid_verified`` in either mode (async; sync when the profile's
+    grammar keeps the first invalid draft)."""
+    p = pipeline(mode, x, ar, profile)
     return Fates(
         accepted=x.accepted,
         rejected=ar.sub(p.eligible, x.accepted),
         grammar_invalid_verified=ar.sub(p.verified, p.eligible),
-        grammar_invalid_unverified=zero,
+        grammar_invalid_unverified=ar.sub(x.proposed, p.after_grammar_sync),
         av_skipped=ar.sub(p.scheduled_drafts, p.verified),
-        truncated=ar.sub(x.proposed, p.scheduled_drafts),
+        truncated=ar.sub(p.after_grammar_sync, p.scheduled_drafts),
     )
 
 
@@ -177,10 +183,12 @@ def _scale(ar: Arith[N, B], cond: B, value: N) -> N:
     return ar.ite(cond, value, ar.lit(0))
 
 
-def rfc_step(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> RfcStepCounts[N]:
+def rfc_step(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
+) -> RfcStepCounts[N]:
     """The rfc profile: a block counts only when its result is applied (SPEC.md R1-R6)."""
-    p = pipeline(mode, x, ar)
-    f = fates(mode, x, ar)
+    p = pipeline(mode, x, ar, profile)
+    f = fates(mode, x, ar, profile)
     applied = x.applied
     discarded = ar.negate(x.applied)
     has_drafts = ar.lt(ar.lit(0), x.proposed)
@@ -204,24 +212,40 @@ def rfc_step(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> RfcStepCounts[
     )
 
 
-def legacy_scheduled_invalid(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> N:
-    """vLLM 0.32's ``num_invalid_spec_tokens``: async, scheduled slots past the valid prefix."""
+def legacy_scheduled_invalid(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
+) -> N:
+    """The engine's ``num_invalid_spec_tokens``: in async, the scheduled slots of a structured
+    block past what ``profile.async_counted_keeps`` keeps (vLLM 0.32: the valid prefix; 0.34:
+    everything, so none). Sync never subtracts: the grammar cut comes before scheduling."""
     if _is_sync(mode):
         return ar.lit(0)
-    p = pipeline(mode, x, ar)
-    valid = ar.min(p.scheduled_drafts, x.grammar_valid)
-    return ar.ite(x.structured, ar.sub(p.scheduled_slots, valid), ar.lit(0))
+    p = pipeline(mode, x, ar, profile)
+    counted = p.scheduled_slots  # EVERYTHING: padding slots count too (0.34 subtracts none)
+    if profile.async_counted_keeps is not GrammarKeep.EVERYTHING:
+        counted = ar.min(p.scheduled_drafts, grammar_keeps(profile.async_counted_keeps, x, ar))
+    return ar.ite(x.structured, ar.sub(p.scheduled_slots, counted), ar.lit(0))
 
 
-def legacy_step(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> LegacyStepCounts[N]:
-    """The vllm-legacy profile (vLLM <= 0.32, scheduler.py:2961 make_spec_decoding_stats).
+def legacy_step(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
+) -> LegacyStepCounts[N]:
+    """The engine's own counters (vLLM: scheduler.py make_spec_decoding_stats), as ``profile``
+    declares them.
 
-    A step counts when scheduled slots > 0 and the engine processed its output; drafted is
-    scheduled slots (padding included) minus async grammar-invalid ones; AV is invisible.
+    A step counts when scheduled slots > 0 and the engine processed its output (stale output it
+    delivered included, when the profile counts it); drafted is the scheduled slots minus
+    `legacy_scheduled_invalid`, minus the unscheduled padding when padding is not counted and
+    the drafts AV kept from the target when AV is visible.
     """
-    p = pipeline(mode, x, ar)
-    counted = ar.both(x.legacy_reported, ar.lt(ar.lit(0), p.scheduled_slots))
-    drafted = ar.sub(p.scheduled_slots, legacy_scheduled_invalid(mode, x, ar))
+    p = pipeline(mode, x, ar, profile)
+    reported = x.legacy_reported if profile.stale_output_counted else x.applied
+    counted = ar.both(reported, ar.lt(ar.lit(0), p.scheduled_slots))
+    drafted = ar.sub(p.scheduled_slots, legacy_scheduled_invalid(mode, x, ar, profile))
+    if not profile.padding_counted:
+        drafted = ar.min(drafted, p.scheduled_drafts)
+    if profile.av_counted:
+        drafted = ar.sub(drafted, ar.sub(p.scheduled_drafts, p.verified))
     return LegacyStepCounts(
         num_drafts=_scale(ar, counted, ar.lit(1)),
         num_draft_tokens=_scale(ar, counted, drafted),
@@ -229,14 +253,18 @@ def legacy_step(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> LegacyStepC
     )
 
 
-def legacy_accepted_len(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> N:
+def legacy_accepted_len(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
+) -> N:
     """Positions vLLM 0.32 credits in ``num_accepted_tokens_per_pos`` for this block."""
-    return legacy_step(mode, x, ar).num_accepted_tokens
+    return legacy_step(mode, x, ar, profile).num_accepted_tokens
 
 
-def rfc_position_lengths(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B]) -> tuple[N, N, N]:
+def rfc_position_lengths(
+    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
+) -> tuple[N, N, N]:
     """(drafted, verified, accepted) prefix lengths this block adds to the per-position vectors."""
-    c = rfc_step(mode, x, ar)
+    c = rfc_step(mode, x, ar, profile)
     return c.drafted, c.verified, c.accepted
 
 
@@ -246,7 +274,11 @@ def position_increment(length: N, position: N, ar: Arith[N, B]) -> N:
 
 
 def admissibility(
-    mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], k: N | None = None
+    mode: Mode,
+    x: StepInputs[N, B],
+    ar: Arith[N, B],
+    k: N | None = None,
+    profile: CountingProfile = VLLM_LEGACY,
 ) -> list[tuple[str, B]]:
     """The named conditions a block must meet to be producible by an engine (SPEC.md A1-A8).
 
@@ -254,7 +286,7 @@ def admissibility(
     the proofs assume the conjunction.
     """
     zero = ar.lit(0)
-    p = pipeline(mode, x, ar)
+    p = pipeline(mode, x, ar, profile)
     conditions: list[tuple[str, B]] = [
         ("proposed must be >= 0", ar.le(zero, x.proposed)),
         ("padding must be >= 0", ar.le(zero, x.padding)),
@@ -289,38 +321,45 @@ def admissibility(
     return conditions
 
 
-def admissible(mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], k: N | None = None) -> B:
+def admissible(
+    mode: Mode,
+    x: StepInputs[N, B],
+    ar: Arith[N, B],
+    k: N | None = None,
+    profile: CountingProfile = VLLM_LEGACY,
+) -> B:
     """Conjunction of `admissibility`."""
     result = ar.truth(True)
-    for _, cond in admissibility(mode, x, ar, k):
+    for _, cond in admissibility(mode, x, ar, k, profile):
         result = ar.both(result, cond)
     return result
 
 
-def token_fates(mode: Mode, x: StepInputs[int, bool]) -> list[str]:
+def fate_counts(
+    mode: Mode, x: StepInputs[int, bool], profile: CountingProfile = VLLM_LEGACY
+) -> dict[str, int]:
+    """`fates` over ints, by name (the contract of `token_fates`)."""
+    return fates(mode, x, INT_ARITH, profile).as_dict()
+
+
+def token_fates(
+    mode: Mode, x: StepInputs[int, bool], profile: CountingProfile = VLLM_LEGACY
+) -> list[str]:
     """The fate of each proposed draft, position by position (integers only).
 
     Contracts (checked by CrossHair, tests/test_crosshair.py):
-    pre: admissible(mode, x, INT_ARITH)
+    pre: admissible(mode, x, INT_ARITH, None, profile)
     post: len(__return__) == x.proposed
-    post: all(__return__.count(n) == v for n, v in fates(mode, x, INT_ARITH).as_dict().items())
+    post: all(__return__.count(n) == v for n, v in fate_counts(mode, x, profile).items())
     """
-    p = pipeline(mode, x, INT_ARITH)
-    cuts: list[tuple[int, str]]
-    if _is_sync(mode):
-        cuts = [
-            (p.after_grammar_sync, "grammar_invalid_unverified"),
-            (p.scheduled_drafts, "truncated"),
-            (p.verified, "av_skipped"),
-            (x.accepted, "rejected"),
-        ]
-    else:
-        cuts = [
-            (p.scheduled_drafts, "truncated"),
-            (p.verified, "av_skipped"),
-            (p.eligible, "grammar_invalid_verified"),
-            (x.accepted, "rejected"),
-        ]
+    p = pipeline(mode, x, INT_ARITH, profile)
+    cuts = [
+        (p.after_grammar_sync, "grammar_invalid_unverified"),
+        (p.scheduled_drafts, "truncated"),
+        (p.verified, "av_skipped"),
+        (p.eligible, "grammar_invalid_verified"),
+        (x.accepted, "rejected"),
+    ]
     out: list[str] = []
     for i in range(x.proposed):
         fate = "accepted"

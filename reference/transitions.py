@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .arith import Arith, B, N
+from .profile import VLLM_LEGACY, CountingProfile
 from .step import Mode, StepInputs, admissibility, pipeline
 
 Conditions = list[tuple[str, B]]
@@ -48,7 +49,13 @@ def fresh_block(structured: B, ar: Arith[N, B]) -> StepInputs[N, B]:
 
 
 def stage_rule(
-    mode: Mode, stage: str, x: StepInputs[N, B], count: N, k: N, ar: Arith[N, B]
+    mode: Mode,
+    stage: str,
+    x: StepInputs[N, B],
+    count: N,
+    k: N,
+    ar: Arith[N, B],
+    profile: CountingProfile = VLLM_LEGACY,
 ) -> tuple[Conditions[B], StepInputs[N, B], dict[str, N]]:
     """E5: the conditions on ``count`` at ``stage``, the block's stage inputs after it, and the
     quantities the conditions' messages name (``{count}``, ``{base}``, ``{k}``, ``{proposed}``).
@@ -58,7 +65,7 @@ def stage_rule(
     (padding first), AV the scheduled drafts. ``Verify`` changes nothing but must name exactly
     the drafts that reached the target.
     """
-    so_far = pipeline(mode, x, ar)
+    so_far = pipeline(mode, x, ar, profile)
     base = {
         PROPOSE: k,
         PAD: ar.sub(k, x.proposed),
@@ -114,13 +121,14 @@ def accept_rule(
     stale_dropped: B,
     k: N,
     ar: Arith[N, B],
+    profile: CountingProfile = VLLM_LEGACY,
 ) -> tuple[Conditions[B], StepInputs[N, B]]:
     """E6 for ``Accept``: the closed block, applied unless its stale output was dropped. vLLM
     <= 0.32 counts exactly the outputs it processes, so it reports what is applied. The
     conditions are the block's admissibility (A1-A8) with this many accepted."""
     applied = is_applied(stale, stale_dropped, ar)
     closed = replace(x, accepted=accepted, applied=applied, legacy_reported=applied)
-    return admissibility(mode, closed, ar, k), closed
+    return admissibility(mode, closed, ar, k, profile), closed
 
 
 def discard_rule(x: StepInputs[N, B], verified: B, ar: Arith[N, B]) -> StepInputs[N, B]:

@@ -7,7 +7,8 @@ SPEC.md: only the text between each ``<!-- BEGIN GENERATED: name -->`` / ``<!-- 
 name -->`` pair is replaced (the "what changes for users" table, measured on the committed runs
 by `user_changes.py`; the stage and timeline diagrams in words, from `figures.py`).
 spec/figures/*.svg are the same diagrams as pictures (`svg.py`). APPENDIX.md is generated whole:
-the worked example, the scenario table of every vector and the rule index, from vectors.json.
+the worked example, the counting-profile table (from the declarations of reference/profile.py),
+the scenario table of every vector and the rule index, from vectors.json.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spectally.reference.profile import PROFILES, RELEASES
 from spectally.reference.step import Mode
 from spectally.spec import figures, user_changes
 from spectally.spec.vectors import load, rules_pinned
@@ -87,6 +89,8 @@ def _row(i: int, vec: dict[str, Any]) -> str:
     exp = vec["expect"]
     if vec["kind"] == "step":
         setup = f"step, {vec['input']['mode']}: {_step_inputs(vec['input'])}"
+        if "profile" in vec["input"]:
+            setup += f", {vec['input']['profile']}"
         if "error" in exp:
             rfc = legacy = "inadmissible: " + ", ".join(exp["error"]["violates"])
         else:
@@ -96,6 +100,8 @@ def _row(i: int, vec: dict[str, Any]) -> str:
         setup = f"trace, {cfg['mode']}, k={cfg['k']}, {len(vec['events'])} events"
         if cfg["drop_stale_output"]:
             setup += ", drop_stale_output"
+        if "profile" in cfg:
+            setup += f", {cfg['profile']}"
         if "error" in exp:
             err = exp["error"]
             rfc = legacy = f"illegal event {err['at']}: {err['violates']}"
@@ -162,9 +168,53 @@ def render_examples(doc: dict[str, Any]) -> str:
     )
 
 
+PROFILE_FIELDS = (
+    ("releases", "releases"),
+    ("sync_grammar_keeps", "sync: the grammar cut before scheduling keeps"),
+    ("async_counted_keeps", "async: the engine's drafted keeps (rest subtracted)"),
+    ("padding_counted", "padding counts as drafted"),
+    ("av_counted", "AV's cut visible to drafted"),
+    ("stale_output_counted", "delivered stale output counted"),
+    ("step_counts", "a block counts a step when"),
+    ("skip_drafts", "drafting skipped for"),
+)
+
+
+def render_profiles() -> str:
+    """The counting-profile table: one column per declaration (reference/profile.py)."""
+    names = list(PROFILES)
+    lines = [
+        "## Counting profiles",
+        "",
+        "Each engine release's counting facts, as declared in `reference/profile.py` (the step"
+        " rules read these fields; a release that counts like a known one is one `RELEASES`"
+        " line).",
+        "",
+        "| fact | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for field, label in PROFILE_FIELDS:
+        cells = []
+        for name in names:
+            if field == "releases":
+                value = ", ".join(f"{e} {v}" for e, v, p in RELEASES if p == name)
+            else:
+                raw = getattr(PROFILES[name], field)
+                value = getattr(raw, "value", None) or ("yes" if raw else "no")
+            cells.append(str(value))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Where each fact was read:", ""]
+    for name in names:
+        sources = "; ".join(f"{fact}: `{where}`" for fact, where in PROFILES[name].source)
+        lines.append(f"- `{name}`: {sources}")
+    return "\n".join(lines) + "\n\n"
+
+
 def render_appendix(doc: dict[str, Any]) -> str:
     """The whole of APPENDIX.md."""
-    return APPENDIX_HEAD + render_examples(doc) + "\n" + render_table(doc) + "\n"
+    return (
+        APPENDIX_HEAD + render_examples(doc) + "\n" + render_profiles() + render_table(doc) + "\n"
+    )
 
 
 def render_figures(doc: dict[str, Any], directory: Path = FIGURES_DIR) -> list[tuple[Path, str]]:

@@ -7,11 +7,15 @@ Standard library only (plus the reference). The file format is described in APPE
 ``step``
     ``input`` holds the StepQuery fields of one (request, engine step) draft block (``null`` =
     stage off); ``expect`` holds the counters it adds under both profiles, or the admissibility
-    rules (A1-A8) it breaks.
+    rules (A1-A8) it breaks. An optional ``profile`` names the engine release's counting
+    profile (reference/profile.py; default ``vllm-legacy``): the release whose pipeline the
+    block runs through; ``expect``'s ``vllm-legacy`` object then holds that release's own
+    counters (vLLM's SpecDecodingStats, whatever the release).
 ``trace``
-    ``config`` (mode, k, drop_stale_output) and ``events`` (the reference's event names and
-    fields); ``expect`` holds engine totals, per-request counters, derived metrics, closed
-    blocks, reporting surfaces, or the illegal-event rule (E1-E7) broken at event index ``at``.
+    ``config`` (mode, k, drop_stale_output, optional profile) and ``events`` (the reference's
+    event names and fields); ``expect`` holds engine totals, per-request counters, derived
+    metrics, closed blocks, reporting surfaces, or the illegal-event rule (E1-E7) broken at
+    event index ``at``.
 
 Expected objects are compared as *subsets*: every key written in a vector is checked, keys it
 omits are not. Integers compare exactly, floats within ``float_tolerance``.
@@ -32,6 +36,7 @@ from spectally.reference.counters import Counters
 from spectally.reference.errors import IllegalEvent, InvariantViolation
 from spectally.reference.machine import Engine, EngineConfig, step_counts
 from spectally.reference.metrics import derived_metrics, legacy_metrics
+from spectally.reference.profile import PROFILES, VLLM_LEGACY, CountingProfile
 from spectally.reference.step import Mode, StepQuery, token_fates
 
 VECTORS_PATH = Path(__file__).with_name("vectors.json")
@@ -215,8 +220,10 @@ def _check_step(vec: dict[str, Any], path: str) -> None:
         vec["input"],
         f"{path}.input",
         ("mode", "proposed", "padding", "grammar_valid", "scheduled", "av_verify", "accepted"),
-        ("applied", "legacy_reported", "k"),
+        ("applied", "legacy_reported", "k", "profile"),
     )
+    if "profile" in inp and inp["profile"] not in PROFILES:
+        raise _fail(f"{path}.input.profile", f"expected one of {sorted(PROFILES)}")
     if inp["mode"] not in ("sync", "async"):
         raise _fail(f"{path}.input.mode", f"expected 'sync' or 'async', got {inp['mode']!r}")
     for key in ("proposed", "padding", "accepted"):
@@ -266,7 +273,9 @@ def _check_event(value: object, path: str) -> None:
 
 
 def _check_trace(vec: dict[str, Any], path: str) -> None:
-    cfg = _obj(vec["config"], f"{path}.config", ("mode", "k", "drop_stale_output"))
+    cfg = _obj(vec["config"], f"{path}.config", ("mode", "k", "drop_stale_output"), ("profile",))
+    if "profile" in cfg and cfg["profile"] not in PROFILES:
+        raise _fail(f"{path}.config.profile", f"expected one of {sorted(PROFILES)}")
     if cfg["mode"] not in ("sync", "async"):
         raise _fail(f"{path}.config.mode", f"expected 'sync' or 'async', got {cfg['mode']!r}")
     _count(cfg["k"], f"{path}.config.k")
@@ -449,6 +458,12 @@ def step_query(inp: dict[str, Any]) -> tuple[StepQuery, int | None]:
     return query, inp.get("k")
 
 
+def vector_profile(obj: dict[str, Any]) -> CountingProfile:
+    """The counting profile a vector's input or config names (default vllm-legacy)."""
+    name = obj.get("profile")
+    return VLLM_LEGACY if name is None else PROFILES[name]
+
+
 def admissibility_rules(reasons: Iterable[str]) -> list[str]:
     """SPEC.md A-rules for the reference's admissibility reasons, sorted, without repeats."""
     rules = set()
@@ -476,7 +491,11 @@ def run_step(vec: dict[str, Any], tol: float) -> VectorResult:
         actual = {"error": {"kind": "inadmissible", "violates": admissibility_rules(reasons)}}
     else:
         inputs = query.inputs()
-        actual = {**step_counts(query.mode, inputs), "token_fates": token_fates(query.mode, inputs)}
+        profile = vector_profile(vec["input"])
+        actual = {
+            **step_counts(query.mode, inputs, profile),
+            "token_fates": token_fates(query.mode, inputs, profile),
+        }
     result.actual = actual
     expected = vec["expect"]
     if "error" in expected:
@@ -504,7 +523,9 @@ def counters_view(c: Counters) -> dict[str, Any]:
 def run_trace(vec: dict[str, Any], tol: float) -> VectorResult:
     result = VectorResult(vec["name"], "trace", list(vec["rule"]), vec["title"])
     cfg = vec["config"]
-    config = EngineConfig(Mode(cfg["mode"]), cfg["k"], cfg["drop_stale_output"])
+    config = EngineConfig(
+        Mode(cfg["mode"]), cfg["k"], cfg["drop_stale_output"], vector_profile(cfg)
+    )
     engines: dict[str, Engine] = {}
     closed: list[dict[str, Any]] = []
     actual: dict[str, Any] = {}

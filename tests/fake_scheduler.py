@@ -197,6 +197,11 @@ class FakeScheduler:
                 drafts = drafts[: request.grammar_keep]
             request.spec_token_ids = drafts
 
+    def update_draft_token_ids_in_output(self, draft_token_ids: Any, scheduler_output: Any) -> None:
+        """The async deferred structured-output path: not modelled by this fake (present so
+        the recorder's hooks attach, as they do to every vLLM release)."""
+        raise NotImplementedError("the fake scheduler has no deferred structured outputs")
+
     def shutdown(self) -> None:
         pass
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spectally.engine_bridge.translate import counting_profile, profile_for
 from spectally.engine_bridge.vllm import backport
 from spectally.engine_bridge.vllm.backport import BackportPublisher, rfc_block_counts
 from spectally.reference.counters import Counters
@@ -29,12 +30,14 @@ def _feed(name: str, label: str) -> tuple[BackportPublisher, Counters]:
     header = records[0]
     k = header["num_speculative_tokens"]
     mode = Mode(header["scheduling"])
+    # the header's release decides the pipeline (vLLM 0.34 verifies the first invalid draft)
+    profile = counting_profile(profile_for(header["engine"], header["engine_version"]))
     pub = BackportPublisher(k, label, log_interval=0)
     direct = Counters.zero(k)
     for record in records:
         pub.observe(record)
         if record["record"] == "request_step":
-            direct = direct.merge(rfc_block_counts(mode, k, record))
+            direct = direct.merge(rfc_block_counts(mode, k, record, profile))
     return pub, direct
 
 
@@ -94,3 +97,18 @@ def test_a_key_missing_an_input_is_caught(
     )
     pub, direct = _feed(log or _async_log_with_discarded_scheduled_blocks(), f"mutant{dropped}")
     assert pub.totals != direct
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sim-vllm-0.34.0-sync-so-json-k4.ndjson.gz", "sim-vllm-0.34.0-async-so-json-k4.ndjson.gz"],
+)
+def test_the_backport_of_a_0_34_engine_counts_what_the_replay_counts(name: str) -> None:
+    """Live RFC counters from a vLLM 0.34 log equal the replay's rfc totals (its profile's
+    pipeline: the first invalid draft is verified in sync)."""
+    from spectally.engine_bridge.replay import replay_file
+
+    pub, _ = _feed(name, f"r-{name}")
+    result = replay_file(str(FIXTURES / name), progress=False)
+    assert result.status == "agree" and result.totals is not None
+    assert pub.totals.rfc == result.totals.rfc

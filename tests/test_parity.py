@@ -121,8 +121,8 @@ def test_counting_mutant_in_the_reference_is_caught(monkeypatch: pytest.MonkeyPa
     so parity refuses the log (exit 1) rather than compare counters it cannot trust."""
     real = machine.rfc_step
 
-    def mutant(mode: Mode, inputs: Any, ar: Any) -> Any:
-        counts = real(mode, inputs, ar)
+    def mutant(mode: Mode, inputs: Any, ar: Any, *profile: Any) -> Any:
+        counts = real(mode, inputs, ar, *profile)
         if mode is Mode.ASYNC and inputs.applied:
             return dataclasses.replace(counts, drafted=counts.drafted + 1)
         return counts

@@ -26,6 +26,7 @@ def _engine(
     monkeypatch.setenv(recording.ENV_PATH, str(log))
     monkeypatch.delenv(recording.ENV_BACKPORT, raising=False)
     monkeypatch.setenv(recording.ENV_SO_BACKEND, "")
+    monkeypatch.setenv(recording.ENV_TOTALS, "0")  # _finish appends the fake's own totals
     cls = RecordingAsyncFake if mode == "async" else RecordingFake
     engine = FakeEngine(cls(K), random.Random(seed))
     engine.min_draft = 1  # the reproductions need a proposal for the request that finishes

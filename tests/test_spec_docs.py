@@ -217,7 +217,7 @@ def example(section: str) -> str:
     """The worked example of one mode ("example-sync" / "example-async"), in APPENDIX.md."""
     mode = section.removeprefix("example-")
     start = APPENDIX.index(f"### {mode.capitalize()}\n")
-    end = APPENDIX.index("### Async\n") if mode == "sync" else APPENDIX.index("## Scenarios")
+    end = APPENDIX.index("### Async\n") if mode == "sync" else APPENDIX.index("\n## ", start)
     return APPENDIX[start:end]
 
 

@@ -149,6 +149,7 @@ def simulate(
     core = llm.llm_engine.engine_core.engine_core
     base = core.scheduler
     os.environ[recorder.ENV_PATH] = str(raw)
+    os.environ[recorder.ENV_TOTALS] = "0"  # this driver appends its own totals record
     os.environ[recorder.ENV_SO_BACKEND] = "xgrammar" if so else ""
     os.environ[recorder.ENV_BACKPORT] = "1"  # the RFC counters, live, as in capture runs
     os.environ.setdefault("SPECTALLY_BACKPORT_LOG_INTERVAL", "0")

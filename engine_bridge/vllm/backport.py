@@ -54,7 +54,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from spectally.engine_bridge.translate import profile_for
 from spectally.reference.counters import Counters
+from spectally.reference.profile import PROFILES, VLLM_LEGACY, CountingProfile
 from spectally.reference.step import Mode, StepQuery
 
 # A child of vLLM's logger: its handler and format apply (vLLM configures "vllm" at INFO).
@@ -81,9 +83,12 @@ def step_query(mode: Mode, record: dict[str, Any]) -> StepQuery:
     )
 
 
-def rfc_block_counts(mode: Mode, k: int, record: dict[str, Any]) -> Counters:
-    """THE counting call: what one block adds to every counter, per the reference."""
-    return Counters.zero(k).add_step(mode, step_query(mode, record).inputs())
+def rfc_block_counts(
+    mode: Mode, k: int, record: dict[str, Any], profile: CountingProfile = VLLM_LEGACY
+) -> Counters:
+    """THE counting call: what one block adds to every counter, per the reference, through
+    the pipeline of the engine release's ``profile`` (0.34 verifies the first invalid draft)."""
+    return Counters.zero(k).add_step(mode, step_query(mode, record).inputs(), profile)
 
 
 BlockKey = tuple[Any, ...]
@@ -193,6 +198,7 @@ class BackportPublisher:
     ) -> None:
         self.k = k
         self.mode = mode
+        self.profile: CountingProfile = VLLM_LEGACY  # the header's release sets it
         self.labels = {"model_name": model_name, "engine": engine}
         self._base = Counters.zero(k)
         self._seen: dict[_Plan, int] = {}  # blocks not yet summed into _base, by shape
@@ -249,7 +255,7 @@ class BackportPublisher:
         key = block_key(record)
         plan = self._plans.get(key)
         if plan is None:
-            block = rfc_block_counts(self.mode, self.k, record)
+            block = rfc_block_counts(self.mode, self.k, record, self.profile)
             incs: list[tuple[Any, int]] = []
             r = block.rfc
             for name, value in (
@@ -274,6 +280,8 @@ class BackportPublisher:
         kind = record.get("record")
         if kind == "header":
             self.mode = Mode(record["scheduling"])
+            own = profile_for(record["engine"], record["engine_version"])
+            self.profile = PROFILES.get(own or "", VLLM_LEGACY)
             self._adaptive_verification = bool(record.get("adaptive_verification"))
             self._plans.clear()  # the mode is part of every cached shape
             return

@@ -299,6 +299,7 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     raw = out_dir / f"{cfg.name}.ndjson"
     raw.unlink(missing_ok=True)
     os.environ[recorder.ENV_PATH] = str(raw)
+    os.environ[recorder.ENV_TOTALS] = "0"  # this driver appends its own totals record
     os.environ[recorder.ENV_SO_BACKEND] = cfg.so_backend or ""
     os.environ[recorder.ENV_CONFIG] = json.dumps(
         {

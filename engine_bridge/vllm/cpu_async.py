@@ -22,6 +22,7 @@ nothing without the variable).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from typing import Any
@@ -31,9 +32,14 @@ logger = logging.getLogger("vllm.spectally.cpu_async")
 _MARK = "_spectally_keeps_async"
 
 
-def keep_async_scheduling() -> bool:
+def keep_async_scheduling(report_triton: bool = False) -> bool:
     """Wrap ``CpuPlatform.check_and_update_config`` (idempotent). False when vLLM has no CPU
-    platform class (nothing to wrap)."""
+    platform class (nothing to wrap).
+
+    ``report_triton``: vLLM 0.34's check refuses x86 without triton-cpu ("vLLM on x86 CPUs
+    requires Triton"); the wrap then makes ``vllm.triton_utils.HAS_TRITON`` read True only
+    while the check runs, so a config builds for code that runs no Triton kernel (the
+    scheduler, sim_so.py). It is restored right after."""
     try:
         from vllm.platforms.cpu import CpuPlatform
     except ImportError:
@@ -45,7 +51,17 @@ def keep_async_scheduling() -> bool:
 
     def check_and_update_config(cls: Any, vllm_config: Any) -> None:
         requested = vllm_config.scheduler_config.async_scheduling
-        inner(cls, vllm_config)
+        utils: Any = None
+        had = False
+        if report_triton:
+            utils = importlib.import_module("vllm.triton_utils")
+            had = utils.HAS_TRITON
+            utils.HAS_TRITON = True
+        try:
+            inner(cls, vllm_config)
+        finally:
+            if utils is not None:
+                utils.HAS_TRITON = had
         if requested and not vllm_config.scheduler_config.async_scheduling:
             vllm_config.scheduler_config.async_scheduling = True
             logger.info("spectally: async scheduling kept on the CPU platform (cpu_async.py)")

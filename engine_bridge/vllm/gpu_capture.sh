@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Record step logs from CUDA vLLM (default 0.33.0, the release users install; 0.32.0 also works):
-# async scheduling, structured outputs (xgrammar) and adaptive verification, with the worker hook
-# that reports the verified count (gpu_worker.py). For a user's own GPU machine; not runnable on
-# CPU-only machines. The counting paths of 0.33.0 are byte-identical to 0.32.0's
-# (counting_source.json), and GPUModelRunner.prepare_inputs / cu_num_logits, which the hook wraps,
-# exist in both.
+# Record step logs from CUDA vLLM (default 0.34.0, the release users install; 0.32.0 and 0.33.0
+# also work): async scheduling, structured outputs (xgrammar) and adaptive verification, with the
+# worker hook that reports the verified count (gpu_worker.py). For a user's own GPU machine; not
+# runnable on CPU-only machines. Each release's logs replay under its own counting profile
+# (vllm-legacy for 0.32/0.33, vllm-0.34; engine_bridge/release_pin.json pins their counting
+# source), and GPUModelRunner.prepare_inputs / InputBatch.cu_num_logits, which the hook wraps,
+# exist in all three (0.34: AV's reallocate_drafts still runs inside prepare_inputs).
 #
 #   engine_bridge/vllm/gpu_capture.sh [OUT_DIR] [--quick]
 #
 # Needs: an NVIDIA GPU with >= 8 GiB free, a CUDA 12.x driver, Python 3.11-3.13, network access
-# to PyPI (or VLLM_WHEELHOUSE), ~10 GB of disk for the venv (vllm 0.33.0 pulls torch 2.14.0).
+# to PyPI (or VLLM_WHEELHOUSE), ~10 GB of disk for the venv (vllm 0.34.0 pulls torch 2.14.0).
 # Environment:
-#   SPECTALLY_VLLM_GPU_VERSION  vLLM version to install (default 0.33.0)
+#   SPECTALLY_VLLM_GPU_VERSION  vLLM version to install (default 0.34.0)
 #   SPECTALLY_VLLM_GPU_VENV  venv with CUDA vllm (created if missing;
 #                            default $HOME/.cache/spectally/vllm-cuda-<version>)
 #   VLLM_WHEELHOUSE          install offline from this wheel folder (pip --no-index)
@@ -23,7 +24,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${1:-$REPO/out/vllm-gpu}"
 shift || true
-VERSION="${SPECTALLY_VLLM_GPU_VERSION:-0.33.0}"
+VERSION="${SPECTALLY_VLLM_GPU_VERSION:-0.34.0}"
 VENV="${SPECTALLY_VLLM_GPU_VENV:-$HOME/.cache/spectally/vllm-cuda-$VERSION}"
 PY="$VENV/bin/python"
 

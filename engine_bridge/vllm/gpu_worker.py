@@ -3,7 +3,8 @@
 Only the V2 GPU model runner knows how many scheduled drafts adaptive verification (AV) sent to
 the target: ``AdaptiveVerificationManager.reallocate_drafts`` rewrites ``cu_num_logits`` on the
 device inside ``GPUModelRunner.prepare_inputs`` (``v1/worker/gpu/model_runner.py``, 0.32.0
-around line 1436); per request, ``num_logits - num_new_sampled_tokens_per_step`` draft slots get
+around line 1436; 0.34.0 lines 1458-1663, ``reallocate_drafts`` at 1541-1548, now driven by a
+Triton budget kernel); per request, ``num_logits - num_new_sampled_tokens_per_step`` draft slots get
 a target logit row. The scheduler never sees it (it is not in ``ModelRunnerOutput``).
 
 Use as ``worker_extension_cls``::

@@ -7,10 +7,10 @@ engine (tests/test_recorder.py). What is hooked and why: see ``recorder.py``.
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -25,10 +25,52 @@ from spectally.engine_bridge.vllm.steplog import (
 )
 
 SCHEMA_VERSION = 1
+# The scheduler methods the mixin wraps: each must exist on the vLLM class it is bound to, or
+# the recorder refuses to start (`check_attachable`) instead of writing a partial log.
+HOOKED = (
+    "add_request",
+    "finish_requests",
+    "_preempt_request",
+    "update_draft_token_ids",
+    "update_draft_token_ids_in_output",
+    "schedule",
+    "make_spec_decoding_stats",
+    "update_from_output",
+    "shutdown",
+)
+
+
+class RecorderFailure(RuntimeError):
+    """The recorder cannot record this engine faithfully: raised so the run fails loudly rather
+    than leaving a log that silently stops (a header-only log reads like an idle engine)."""
+
+
+def check_attachable(base: type) -> None:
+    """Raise `RecorderFailure` naming every hook that cannot attach to ``base`` (a vLLM
+    scheduler class) and every output field the hooks read that the release lacks."""
+    missing = [name for name in HOOKED if not callable(getattr(base, name, None))]
+    try:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        fields = set(getattr(ModelRunnerOutput, "__dataclass_fields__", {}))
+        if fields and not ({"req_id_to_index", "req_ids"} & fields):
+            missing.append("ModelRunnerOutput.req_ids / req_id_to_index")
+    except ImportError:  # no vLLM: the hooks are driven by tests
+        pass
+    if missing:
+        raise RecorderFailure(
+            f"spectally recorder cannot attach to {base.__module__}.{base.__name__}: missing "
+            f"{', '.join(missing)}; this vLLM release is not supported by the recorder"
+        )
+
+
 ENV_PATH = "SPECTALLY_STEP_LOG"
 ENV_CONFIG = "SPECTALLY_STEP_LOG_CONFIG"
 ENV_SO_BACKEND = "SPECTALLY_SO_BACKEND"
 ENV_BACKPORT = "SPECTALLY_BACKPORT"
+# "0": the driver appends its own totals record (capture.py: LLM.get_metrics; the sims: the
+# scheduler_stats they summed). Otherwise the recorder closes the log with one.
+ENV_TOTALS = "SPECTALLY_STEP_LOG_TOTALS"
 ABORTED = "FINISHED_ABORTED"
 
 logger = logging.getLogger("vllm.spectally.recorder")
@@ -54,7 +96,9 @@ class _RecorderState:
         spec = sched.vllm_config.speculative_config
         self.k = int(sched.num_spec_tokens or 0)
         self.enabled_spec = spec is not None and self.k > 0
-        self.sched = sched
+        # Weak: `weakref.finalize` below closes the log when the scheduler is collected, which
+        # a strong reference from this state (held by the finalizer) would prevent.
+        self._sched = weakref.ref(sched)
         self.is_async = bool(getattr(type(sched), "spectally_async", False))
         self.step = 0  # last scheduled engine step (Scheduler.schedule calls)
         self.in_schedule = False  # inside Scheduler.schedule (preemptions there)
@@ -78,6 +122,14 @@ class _RecorderState:
         self.live_sinks: list[Callable[[Record], None]] = []
         self._closers: list[Callable[[], None]] = []
         path = os.environ.get(ENV_PATH)
+        self.writes_log = bool(path and self.enabled_spec)
+        # The scheduler's own SpecDecodingStats, summed from what update_from_output returned
+        # (EngineCoreOutputs.scheduler_stats): the totals record written at close.
+        self.exported: list[int] = [0, 0, 0] + [0] * self.k
+        self.writes_totals = self.writes_log and os.environ.get(ENV_TOTALS, "") != "0"
+        # vLLM 0.34: trim_spec_tokens keeps the first invalid draft, the async draft update no
+        # longer validates, and the V2 runner (the only one) hands back placeholder widths.
+        self.trims = hasattr(getattr(sched, "structured_output_manager", None), "trim_spec_tokens")
         if path and self.enabled_spec:
             writer = StepLogWriter(path)
             self.sinks.append(writer.write)
@@ -94,16 +146,33 @@ class _RecorderState:
                 self._closers.append(pub.close)
         self.active = bool(self.sinks or self.live_sinks)
         if self.active:
-            atexit.register(self.close)
+            # on collection (`del llm`, GC) or at interpreter exit, whichever comes first
+            weakref.finalize(sched, self.close)
+
+    @property
+    def sched(self) -> Any:
+        sched = self._sched()
+        if sched is None:
+            raise RecorderFailure("the scheduler is gone before the log's header was written")
+        return sched
 
     # -- safety -----------------------------------------------------------------------------
     def guard(self, where: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a recording step; on error log once, stop recording, return None."""
+        """Run a recording step. On error: when a step log is being written, close it and raise
+        `RecorderFailure` (the run fails loudly: a log that stops silently would read as a
+        complete, idle engine); with only the live backport, log once, stop it, return None
+        (a metrics add-on never stops the engine)."""
         if not self.active:
             return None
         try:
             return fn(*args)
-        except Exception:
+        except Exception as exc:
+            if self.writes_log:
+                self.fail()
+                raise RecorderFailure(
+                    f"spectally recorder failed in {where}: {exc!r}; the step log"
+                    f" {os.environ.get(ENV_PATH)} is incomplete (no totals record)"
+                ) from exc
             logger.exception(
                 "spectally recorder failed in %s; recording stops, the engine goes on", where
             )
@@ -132,7 +201,7 @@ class _RecorderState:
             "model": vc.model_config.model,
             "draft_model": _draft_model(vc),
             "max_model_len": vc.model_config.max_model_len,
-            "use_v2_model_runner": bool(getattr(sched, "use_v2_model_runner", False)),
+            "use_v2_model_runner": self.trims or bool(getattr(sched, "use_v2_model_runner", False)),
             "scheduler_cls": f"{type(sched).__module__}.{type(sched).__qualname__}",
         }
         extra = os.environ.get(ENV_CONFIG)
@@ -212,10 +281,25 @@ class _RecorderState:
             sink(record)
 
     def close(self) -> None:
+        """Flush and close; on shutdown, at interpreter exit (atexit) or when the scheduler is
+        collected (weakref.finalize), whichever comes first: a plain script that never shuts
+        the engine down still gets a complete log, ending with the totals record."""
         if self._closed or not self.active:
             return
         if self._header_written or len(self.buffer):
             self.flush(everything=True)
+        if self.writes_totals and self._header_written:
+            e = self.exported
+            self._write(
+                {
+                    "record": "totals",
+                    "source": "scheduler_stats",
+                    "num_drafts": e[0],
+                    "num_draft_tokens": e[1],
+                    "num_accepted_tokens": e[2],
+                    "num_accepted_tokens_per_pos": e[3:],
+                }
+            )
         self._closed = True
         for closer in self._closers:
             closer()
@@ -251,6 +335,22 @@ class _RecorderState:
             block.delivered = 0  # never scheduled: nothing reached the request
             self.emit(step, block.record())
 
+    def exported_from(self, outputs: Any) -> None:
+        """Add the SpecDecodingStats of the EngineCoreOutputs update_from_output returned."""
+        if not isinstance(outputs, dict):  # a test double's update_from_output
+            return
+        for eco in outputs.values():
+            sched_stats = getattr(eco, "scheduler_stats", None)
+            stats = getattr(sched_stats, "spec_decoding_stats", None)
+            if stats is None:
+                continue
+            e = self.exported
+            e[0] += stats.num_drafts
+            e[1] += stats.num_draft_tokens
+            e[2] += stats.num_accepted_tokens
+            for i, v in enumerate(list(stats.num_accepted_tokens_per_pos)[: self.k]):
+                e[3 + i] += v
+
     def stats_observed(self, before: Any, after: Any) -> None:
         b = _spec_counts(before, self.k)
         a = _spec_counts(after, self.k)
@@ -284,6 +384,8 @@ class RecorderMixin:
     _sx: _RecorderState
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        base = next(c for c in type(self).__mro__[1:] if not issubclass(c, RecorderMixin))
+        check_attachable(base)
         super().__init__(*args, **kwargs)
         self._sx = _RecorderState(self)
 
@@ -361,12 +463,12 @@ class RecorderMixin:
         if raw is not None:
             sx.guard("update_draft_token_ids", self._rec_pending, raw)
 
-    def _rec_proposals(self, draft_token_ids: Any) -> list[tuple[str, Any, int, int]]:
+    def _rec_proposals(self, draft_token_ids: Any) -> list[tuple[str, Any, int, int, int | None]]:
         """Raw proposals before validate_tokens; proposals for ended requests are discarded."""
         sx = self._sx
         requests = self.requests  # type: ignore[attr-defined]
-        placeholders_are_drafts = bool(getattr(self, "use_v2_model_runner", False))
-        raw: list[tuple[str, Any, int, int]] = []
+        placeholders_are_drafts = sx.trims or bool(getattr(self, "use_v2_model_runner", False))
+        raw: list[tuple[str, Any, int, int, int | None]] = []
         target_step = sx.step + 1
         for req_id, drafts in zip(
             draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=False
@@ -390,48 +492,86 @@ class RecorderMixin:
                 continue
             if request.is_prefill_chunk:
                 continue  # vLLM ignores drafts for partial prefills: no block
-            raw.append((req_id, request, proposed, padding))
+            valid = self._grammar_valid(request, drafts) if sx.trims else None
+            raw.append((req_id, request, proposed, padding, valid))
         return raw
 
-    def _rec_pending(self, raw: list[tuple[str, Any, int, int]]) -> None:
+    def _grammar_valid(self, request: Any, drafts: list[int]) -> int | None:
+        """vLLM 0.34: the grammar-valid prefix of a structured proposal, read from the
+        request's grammar before ``trim_spec_tokens`` runs (which keeps one draft more and no
+        longer says how many were valid); None for an unstructured request. The backend's
+        ``validate_tokens`` checks without advancing the grammar."""
+        if not getattr(request, "use_structured_output", False):
+            return None
+        tokens: list[int] = []
+        for t in drafts:  # strip_speculative_padding: placeholders and all after them
+            if t == -1:
+                break
+            tokens.append(t)
+        grammar = request.structured_output_request.grammar
+        if grammar is None or not tokens:
+            return 0
+        if grammar.is_terminated():
+            raise RecorderFailure(
+                f"request {request.request_id}: drafts for a terminated grammar; the step log"
+                " cannot state trim_spec_tokens' cut at the grammar start"
+            )
+        return len(grammar.validate_tokens(tokens))
+
+    def _rec_pending(self, raw: list[tuple[str, Any, int, int, int | None]]) -> None:
         sx = self._sx
-        for req_id, request, proposed, padding in raw:
-            valid = len(request.spec_token_ids) if request.use_structured_output else None
+        for req_id, request, proposed, padding, valid in raw:
+            if valid is None and request.use_structured_output:
+                valid = len(request.spec_token_ids)  # <= 0.33: validate_tokens kept them
             sx.pending[req_id] = Block(req_id, proposed, padding, grammar_valid=valid)
         sx.flush()
 
     def update_draft_token_ids_in_output(self, draft_token_ids: Any, scheduler_output: Any) -> None:
         sx = self._sx
         # Copy the lengths first: the stock method trims the lists in place.
-        raw = sx.guard(
-            "update_draft_token_ids_in_output",
-            lambda: {
-                req_id: count_proposal(list(drafts), False)
-                for req_id, drafts in zip(
-                    draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=False
-                )
-            },
-        )
+        raw = sx.guard("update_draft_token_ids_in_output", self._rec_deferred, draft_token_ids)
         super().update_draft_token_ids_in_output(  # type: ignore[misc]
             draft_token_ids, scheduler_output
         )
         if raw is not None:
             sx.guard("update_draft_token_ids_in_output", self._rec_validated, raw, scheduler_output)
 
-    def _rec_validated(self, raw: dict[str, tuple[int, int]], scheduler_output: Any) -> None:
+    def _rec_deferred(self, draft_token_ids: Any) -> dict[str, tuple[int, int, int | None]]:
+        """(proposed, padding, grammar-valid prefix or None) of each deferred proposal; the
+        prefix is read here only for vLLM 0.34, whose update no longer validates."""
+        requests = self.requests  # type: ignore[attr-defined]
+        out: dict[str, tuple[int, int, int | None]] = {}
+        for req_id, drafts in zip(
+            draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=False
+        ):
+            drafts = list(drafts)
+            proposed, padding = count_proposal(drafts, False)
+            request = requests.get(req_id)
+            valid = None
+            if self._sx.trims and request is not None and not request.is_finished():
+                valid = self._grammar_valid(request, drafts)
+            out[req_id] = (proposed, padding, valid)
+        return out
+
+    def _rec_validated(
+        self, raw: dict[str, tuple[int, int, int | None]], scheduler_output: Any
+    ) -> None:
         entry = self._sx.inflight.get(id(scheduler_output))
         if entry is None:
             return
         invalid = scheduler_output.num_invalid_spec_tokens or {}
         requests = self.requests  # type: ignore[attr-defined]
         for req_id, block in entry[2].items():
+            valid = None
             if req_id in raw:
-                block.proposed, block.padding = raw[req_id]
+                block.proposed, block.padding, valid = raw[req_id]
             if req_id in invalid:
                 block.invalid = int(invalid[req_id])
             request = requests.get(req_id)
             if request is not None and request.use_structured_output:
-                block.grammar_valid = block.scheduled - int(invalid.get(req_id, 0))
+                if valid is None:  # <= 0.33: validate_tokens set the invalid count
+                    valid = block.scheduled - int(invalid.get(req_id, 0))
+                block.grammar_valid = min(valid, block.proposed)
 
     # steps --------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -490,6 +630,7 @@ class RecorderMixin:
         )
         if ctx is not None:
             sx.guard("update_from_output", self._rec_processed, scheduler_output, *ctx)
+        sx.guard("update_from_output", sx.exported_from, result)
         sx.step_delta = None
         return result
 
@@ -503,7 +644,9 @@ class RecorderMixin:
         blocks = entry[2] if entry is not None else {}
         requests = self.requests  # type: ignore[attr-defined]
         sampled_ids = model_runner_output.sampled_token_ids
-        index = model_runner_output.req_id_to_index
+        index = getattr(model_runner_output, "req_id_to_index", None)
+        if index is None:  # vLLM 0.34 maps outputs by position in req_ids
+            index = {rid: i for i, rid in enumerate(model_runner_output.req_ids)}
         observed = WORKER_VERIFIED.pop(id(scheduler_output), None)
         verified: dict[str, int] = (observed() if callable(observed) else observed) or {}
         seen: dict[str, Any] = {}

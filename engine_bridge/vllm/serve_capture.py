@@ -144,6 +144,7 @@ def serve_one(cfg: ServeConfig, out: Path, python: str = sys.executable) -> dict
         VLLM_LOG_STATS_INTERVAL="1",
         PROMETHEUS_MULTIPROC_DIR=prom_dir,
         SPECTALLY_STEP_LOG=str(raw),
+        SPECTALLY_STEP_LOG_TOTALS="0",  # the scrape supplies the totals record
         SPECTALLY_SO_BACKEND="xgrammar" if cfg.so else "",
         SPECTALLY_BACKPORT="1",
         SPECTALLY_BACKPORT_LOG_INTERVAL="1",

@@ -92,6 +92,7 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
     raw = out / f"{name}.ndjson"
     raw.unlink(missing_ok=True)
     os.environ[recorder.ENV_PATH] = str(raw)
+    os.environ[recorder.ENV_TOTALS] = "0"  # this driver appends its own totals record
     os.environ[recorder.ENV_SO_BACKEND] = ""
     os.environ[recorder.ENV_BACKPORT] = "0"
     os.environ[recorder.ENV_CONFIG] = json.dumps(

@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         VLLM_CPU_KVCACHE_SPACE="1",
         PROMETHEUS_MULTIPROC_DIR=prom_dir,
         SPECTALLY_STEP_LOG=str(raw),
+        SPECTALLY_STEP_LOG_TOTALS="0",  # the scrape supplies the totals record
         SPECTALLY_SO_BACKEND="xgrammar",
         SPECTALLY_BACKPORT="1",
         SPECTALLY_BACKPORT_LOG_INTERVAL="0",

