@@ -43,6 +43,14 @@ PAIRS = {
         EXAMPLES / "vllm-0.32-cpu-sync-draft-model-so-json.ndjson.gz",
         EXAMPLES / "vllm-0.32-cpu-async-draft-model-so-json.ndjson.gz",
     ),
+    "sim-0.33-so": (
+        FIX / "sim-vllm-0.33.0-sync-so-json-k4.ndjson.gz",
+        FIX / "sim-vllm-0.33.0-async-so-json-k4.ndjson.gz",
+    ),
+    "sim-0.34-so": (
+        FIX / "sim-vllm-0.34.0-sync-so-json-k4.ndjson.gz",
+        FIX / "sim-vllm-0.34.0-async-so-json-k4.ndjson.gz",
+    ),
     "sim-0.33": (
         FIX / "sim-vllm-0.33.0-sync-draft-k3.ndjson.gz",
         FIX / "sim-vllm-0.33.0-async-draft-k3.ndjson.gz",
