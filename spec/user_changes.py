@@ -54,6 +54,22 @@ RUNS: tuple[MeasuredRun, ...] = (
         "vLLM 0.33.0 scheduler (simulated model), async",
         "tests/fixtures/vllm/sim-vllm-0.33.0-async-draft-k3.ndjson.gz",
     ),
+    MeasuredRun(
+        "structured output, sync, 0.33.0 scheduler (simulated model)",
+        "tests/fixtures/vllm/sim-vllm-0.33.0-sync-so-json-k4.ndjson.gz",
+    ),
+    MeasuredRun(
+        "structured output, async, 0.33.0 scheduler (simulated model)",
+        "tests/fixtures/vllm/sim-vllm-0.33.0-async-so-json-k4.ndjson.gz",
+    ),
+    MeasuredRun(
+        "structured output, sync, 0.34.0 scheduler (simulated model)",
+        "tests/fixtures/vllm/sim-vllm-0.34.0-sync-so-json-k4.ndjson.gz",
+    ),
+    MeasuredRun(
+        "structured output, async, 0.34.0 scheduler (simulated model)",
+        "tests/fixtures/vllm/sim-vllm-0.34.0-async-so-json-k4.ndjson.gz",
+    ),
 )
 
 # Shapes no committed run has: the vector that pins each, one block (simulated, not a run).
