@@ -75,6 +75,7 @@ UNTRACED = frozenset(
         "test_recorder",
         "test_replay",
         "test_typing",
+        "test_vllm_patch",
     }
 )
 
