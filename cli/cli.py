@@ -47,6 +47,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "replay engine logs through the reference",
         "bridge",
     ),
+    "parity": (
+        "spectally.parity:parity",
+        "sync against async, request by request",
+        "bridge",
+    ),
     "import": (
         "spectally.engine_bridge.cli:import_group",
         "check what engines already emit",

@@ -116,14 +116,17 @@ def pipeline(
     mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
 ) -> Pipeline[N]:
     """Run the stage caps over the block, in ``mode``'s order, as ``profile``'s release does."""
+    # [CAP-1] each stage caps a prefix; a stage that is off keeps everything
     real_after_grammar = ar.ite(x.structured, ar.min(x.grammar_valid, x.proposed), x.proposed)
     if _is_sync(mode):
+        # [PIPE-1] sync: grammar, schedule, AV, then the target's verdict
         kept_by_grammar = ar.ite(
             x.structured, grammar_keeps(profile.sync_grammar_keeps, x, ar), x.proposed
         )
         # vLLM strips a -1 placeholder and all after it for structured requests.
         slots_offered = ar.ite(x.structured, kept_by_grammar, ar.add(x.proposed, x.padding))
     else:
+        # [PIPE-2] async: schedule, AV, the target's verdict, then the grammar check
         kept_by_grammar = x.proposed
         slots_offered = ar.add(x.proposed, x.padding)
     scheduled_drafts = ar.min(kept_by_grammar, x.schedule_cap)
@@ -143,6 +146,7 @@ def fates(
     """Each proposed draft's fate: the first stage that cut it. A grammar-invalid draft in the
     forward pass is ``grammar_invalid_verified`` in either mode (async; sync when the profile's
     grammar keeps the first invalid draft)."""
+    # [F1] every proposed draft gets one fate: the first stage that cut it
     p = pipeline(mode, x, ar, profile)
     return Fates(
         accepted=x.accepted,
@@ -193,10 +197,15 @@ def rfc_step(
     discarded = ar.negate(x.applied)
     has_drafts = ar.lt(ar.lit(0), x.proposed)
     return RfcStepCounts(
+        # [R1] an applied block adds every proposed draft
         drafted=_scale(ar, applied, x.proposed),
+        # [R3] the drafts that entered the target forward pass
         verified=_scale(ar, applied, p.verified),
+        # [R4] the accepted drafts; the bonus token is not one
         accepted=_scale(ar, applied, x.accepted),
+        # [R5] one spec step per applied block with a draft
         spec_steps=_scale(ar, ar.both(applied, has_drafts), ar.lit(1)),
+        # [R2] padding is counted apart: never drafted, verified or accepted
         padding=_scale(ar, applied, x.padding),
         fates=Fates(
             accepted=_scale(ar, applied, f.accepted),
@@ -206,6 +215,7 @@ def rfc_step(
             av_skipped=_scale(ar, applied, f.av_skipped),
             truncated=_scale(ar, applied, f.truncated),
         ),
+        # [R6] a discarded block adds to the discarded counters only
         discarded_steps=_scale(ar, ar.both(discarded, has_drafts), ar.lit(1)),
         discarded_drafted=_scale(ar, discarded, x.proposed),
         discarded_verified=_scale(ar, discarded, p.verified),
@@ -218,6 +228,7 @@ def legacy_scheduled_invalid(
     """The engine's ``num_invalid_spec_tokens``: in async, the scheduled slots of a structured
     block past what ``profile.async_counted_keeps`` keeps (vLLM 0.32: the valid prefix; 0.34:
     everything, so none). Sync never subtracts: the grammar cut comes before scheduling."""
+    # [L2] num_invalid_spec_tokens: async + structured, scheduled slots past what the grammar keeps
     if _is_sync(mode):
         return ar.lit(0)
     p = pipeline(mode, x, ar, profile)
@@ -239,8 +250,12 @@ def legacy_step(
     the drafts AV kept from the target when AV is visible.
     """
     p = pipeline(mode, x, ar, profile)
+    # [L1] one observe_draft per (request, step) whose output the engine processed
+    # [L4] a step only with a scheduled slot
+    # [L5] discarded work is never reported
     reported = x.legacy_reported if profile.stale_output_counted else x.applied
     counted = ar.both(reported, ar.lt(ar.lit(0), p.scheduled_slots))
+    # [L2] drafted = scheduled slots - num_invalid_spec_tokens, as the profile declares
     drafted = ar.sub(p.scheduled_slots, legacy_scheduled_invalid(mode, x, ar, profile))
     if not profile.padding_counted:
         drafted = ar.min(drafted, p.scheduled_drafts)
@@ -249,6 +264,7 @@ def legacy_step(
     return LegacyStepCounts(
         num_drafts=_scale(ar, counted, ar.lit(1)),
         num_draft_tokens=_scale(ar, counted, drafted),
+        # [L3] max(len(sampled) - 1, 0): the accepted drafts, bonus token excluded
         num_accepted_tokens=_scale(ar, counted, x.accepted),
     )
 
@@ -257,6 +273,7 @@ def legacy_accepted_len(
     mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
 ) -> N:
     """Positions vLLM 0.32 credits in ``num_accepted_tokens_per_pos`` for this block."""
+    # [L6] only accepted_per_pos is exported, a prefix of the accepted drafts
     return legacy_step(mode, x, ar, profile).num_accepted_tokens
 
 
@@ -270,6 +287,7 @@ def rfc_position_lengths(
 
 def position_increment(length: N, position: N, ar: Arith[N, B]) -> N:
     """A block of ``length`` tokens adds 1 at every position ``< length``: prefix counting."""
+    # [R8] a block of n tokens adds 1 at positions 0 .. n-1
     return ar.ite(ar.lt(position, length), ar.lit(1), ar.lit(0))
 
 
@@ -288,29 +306,37 @@ def admissibility(
     zero = ar.lit(0)
     p = pipeline(mode, x, ar, profile)
     conditions: list[tuple[str, B]] = [
+        # [A1] N >= 0 and P >= 0
         ("proposed must be >= 0", ar.le(zero, x.proposed)),
         ("padding must be >= 0", ar.le(zero, x.padding)),
+        # [A2] 0 <= G <= N
         ("grammar-valid prefix must be >= 0", ar.le(zero, x.grammar_valid)),
         (
             "grammar-valid prefix cannot exceed the proposal (G <= N)",
             ar.le(x.grammar_valid, x.proposed),
         ),
+        # [A3] without structured output, G = N
         (
             "without structured output every draft is grammar-valid (G == N)",
             ar.either(x.structured, ar.eq(x.grammar_valid, x.proposed)),
         ),
+        # [A4] S >= 0
         ("schedule cap must be >= 0", ar.le(zero, x.schedule_cap)),
+        # [A5] V >= 0
         ("AV cap must be >= 0", ar.le(zero, x.av_cap)),
+        # [A6] 0 <= A <= eligible
         ("accepted must be >= 0", ar.le(zero, x.accepted)),
         (
             "accepted cannot exceed the drafts eligible for acceptance",
             ar.le(x.accepted, p.eligible),
         ),
+        # [A7] an applied block went through output processing, where the engine counts
         (
             "an applied block is always reported by vLLM <= 0.32",
             ar.either(ar.negate(x.applied), x.legacy_reported),
         ),
     ]
+    # [A8] N + P <= k
     if k is not None:
         conditions.append(
             (

@@ -10,6 +10,7 @@ vLLM facts are those of docs/vllm-source-notes.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +23,10 @@ from spectally.reference.step import (
     rfc_step,
     token_fates,
 )
+from spectally.spec import svg
 from spectally.spec.vectors import step_query
 
-# The vectors whose inputs the worked example follows (SPEC.md section 3.1).
+# The vectors the worked example (APPENDIX.md) and the timelines (SPEC.md 2.5) follow.
 RFC_ROW_VECTORS: dict[Mode, str] = {
     Mode.SYNC: "rfc-row-sync-counterpart",
     Mode.ASYNC: "rfc-row-async-av-grammar",
@@ -69,28 +71,29 @@ def stage_order(mode: Mode) -> list[str]:
     return stages
 
 
-def pipeline_mermaid() -> str:
-    """One flowchart with a lane per scheduling mode (SPEC.md section 2.1)."""
-    lines = ["```mermaid", "flowchart LR"]
-    for mode in (Mode.SYNC, Mode.ASYNC):
-        prefix = "s" if mode is Mode.SYNC else "a"  # node ids; "async"/"end" read as keywords
-        stages = stage_order(mode)
-        rule = "PIPE-1" if mode is Mode.SYNC else "PIPE-2"
-        lines.append(f'    subgraph {prefix}lane["{mode.value} ({rule})"]')
-        lines.append("        direction LR")
-        for i, stage in enumerate(stages):
-            label = stage
-            if stage == "target forward pass":
-                label = "target forward pass: verified"
-            shape = (
-                f'{prefix}{i}(["{label}"])'
-                if stage == "target forward pass"
-                else (f'{prefix}{i}["{label}"]')
-            )
-            lines.append(f"        {shape}")
-        lines.append("        " + " --> ".join(f"{prefix}{i}" for i in range(len(stages))))
-        lines.append("    end")
-    lines.append("```")
+def pipeline_lanes() -> list[tuple[str, list[str]]]:
+    """The two lanes of the stage diagram (SPEC.md section 2.1), from the reference."""
+    lanes = []
+    for mode, rule in ((Mode.SYNC, "PIPE-1"), (Mode.ASYNC, "PIPE-2")):
+        stages = [
+            "target forward pass: verified" if s == "target forward pass" else s
+            for s in stage_order(mode)
+        ]
+        lanes.append((f"{mode.value} ({rule})", stages))
+    return lanes
+
+
+def pipeline_svg() -> str:
+    return svg.lanes_svg(
+        "Stage order of a draft block, sync and async", pipeline_lanes(), "target forward pass"
+    )
+
+
+def pipeline_text() -> str:
+    """SPEC.md's generated section: the picture and the same order in words."""
+    lines = ["![Stage order, sync and async](figures/pipeline.svg)", ""]
+    for name, stages in pipeline_lanes():
+        lines.append(f"- {name}: " + " → ".join(stages))
     return "\n".join(lines)
 
 
@@ -173,7 +176,7 @@ _WHO: dict[Mode, dict[str, str]] = {
 
 
 def worked_example(doc: dict[str, Any], mode: Mode) -> str:
-    """The RFC row followed token by token through ``mode`` (SPEC.md section 3.1)."""
+    """The RFC row followed token by token through ``mode`` (APPENDIX.md)."""
     x = rfc_row_inputs(doc, mode)
     rows = walk(mode, x)
     rfc = rfc_step(mode, x, INT_ARITH)
@@ -205,53 +208,99 @@ def worked_example(doc: dict[str, Any], mode: Mode) -> str:
     return "\n".join(lines)
 
 
-def timeline_mermaid(doc: dict[str, Any], mode: Mode) -> str:
-    """Steps t and t+1 of one request as a sequence diagram: who knows what, when."""
+def timeline_items(doc: dict[str, Any], mode: Mode) -> list[svg.SeqItem]:
+    """Steps t and t+1 of one request: who knows what, when, with the counts of the vector
+    that pins the RFC row in ``mode``. The worker reports, with the output of the block it ran,
+    that block's drafts N and verified drafts v (the data path of the vLLM patch)."""
     x = rfc_row_inputs(doc, mode)
     p = pipeline(mode, x, INT_ARITH)
     c = rfc_step(mode, x, INT_ARITH)
     sampled = x.accepted + 1  # the accepted drafts and the bonus token
-    lines = [
-        "```mermaid",
-        "sequenceDiagram",
-        "    participant S as Scheduler (engine-core process)",
-        "    participant W as Worker (model runner, GPU)",
-    ]
+    item, note, msg = svg.SeqItem, "note", "msg"
+    counted = f"+{c.drafted} / +{c.verified} / +{c.accepted}, spec step +{c.spec_steps}"
+    report = (
+        f"ModelRunnerOutput of step t: {sampled} sampled tokens,\n"
+        f"num_draft_tokens = {c.drafted}, num_verified_draft_tokens = {c.verified} (new)"
+    )
     if mode is Mode.SYNC:
-        lines += [
-            "    Note over S,W: end of step t-1",
-            f"    W->>S: {x.proposed} draft ids for r1 (take_draft_token_ids)",
-            f"    Note over S: update_draft_token_ids: drafted = {c.drafted} known<br/>"
-            f"validate_tokens keeps {p.after_grammar_sync} (grammar)",
-            "    Note over S,W: step t",
-            f"    S->>W: schedule(): {p.scheduled_slots} draft slots for r1",
-            f"    Note over W: AV keeps {p.verified} of {p.scheduled_drafts}<br/>"
-            f"forward pass: verified = {c.verified} known",
-            f"    W->>S: ModelRunnerOutput: {sampled} sampled tokens, new field verified = "
-            f"{c.verified}",
-            f"    Note over S: update_from_output: accepted = {c.accepted} known<br/>"
-            f"block of step t applied: +{c.drafted} / +{c.verified} / +{c.accepted}, "
-            f"spec step +{c.spec_steps}",
-            "    W->>S: drafts for step t+1 (post_step)",
-            "    Note over S,W: step t+1 is scheduled only now",
-            "    S->>W: schedule() of step t+1",
+        return [
+            item("divider", "end of step t-1"),
+            item(msg, f"{x.proposed} drafts for r1 (take_draft_token_ids)", "W", "S"),
+            item(
+                note,
+                f"update_draft_token_ids: grammar keeps {p.after_grammar_sync}\n"
+                "(0.32/0.33 validate_tokens: the valid prefix)",
+                "S",
+            ),
+            item("divider", "step t"),
+            item(msg, f"schedule(): {p.scheduled_slots} draft slots for r1", "S", "W"),
+            item(
+                note,
+                f"the worker proposed the block: drafted = {c.drafted} known\n"
+                f"AV keeps {p.verified} of {p.scheduled_drafts}, forward pass:"
+                f" verified = {c.verified} known",
+                "W",
+            ),
+            item(msg, report, "W", "S"),
+            item(note, f"update_from_output: accepted = {c.accepted} known\n{counted}", "S"),
+            item("divider", "step t+1 is scheduled only now"),
         ]
-    else:
-        lines += [
-            "    Note over S,W: step t",
-            f"    S->>W: schedule(): {p.scheduled_slots} placeholder slots (-1) for r1",
-            f"    Note over W: drafted = {c.drafted} known (real drafts on the device)<br/>"
+    return [
+        item("divider", "step t"),
+        item(msg, f"schedule(): {p.scheduled_slots} placeholder slots (-1) for r1", "S", "W"),
+        item(
+            note,
+            f"drafted = {c.drafted} known (real drafts on the device)\n"
             f"AV keeps {p.verified}, forward pass launched: verified = {c.verified} known",
-            f"    Note over S: update_draft_token_ids_in_output: grammar keeps "
-            f"{p.eligible} of {p.scheduled_drafts}",
-            f"    Note over W: sampling: accepted = {c.accepted} (grammar-invalid drafts cannot be"
-            " accepted)",
-            "    Note over S,W: step t+1 (scheduled before step t's output is processed)",
-            "    S->>W: schedule() of step t+1",
-            f"    W->>S: ModelRunnerOutput of step t: {sampled} sampled tokens, new fields "
-            f"drafted = {c.drafted}, verified = {c.verified}",
-            f"    Note over S: update_from_output during step t+1, keyed by step t (ATTR-1):<br/>"
-            f"+{c.drafted} / +{c.verified} / +{c.accepted}, spec step +{c.spec_steps}",
-        ]
-    lines.append("```")
+            "W",
+        ),
+        item(
+            note,
+            f"update_draft_token_ids_in_output: grammar keeps {p.eligible} of"
+            f" {p.scheduled_drafts}\n(0.32/0.33 deferred check)",
+            "S",
+        ),
+        item(note, f"sampling: accepted = {c.accepted} (invalid drafts cannot be accepted)", "W"),
+        item("divider", "step t+1 is scheduled before step t's output is processed"),
+        item(msg, "schedule() of step t+1", "S", "W"),
+        item(msg, report, "W", "S"),
+        item(
+            note,
+            f"update_from_output during step t+1, keyed by step t (ATTR-1):\n{counted}",
+            "S",
+        ),
+    ]
+
+
+PARTICIPANTS = (("S", "Scheduler (engine-core process)"), ("W", "Worker (model runner)"))
+
+
+def timeline_svg(doc: dict[str, Any], mode: Mode) -> str:
+    return svg.sequence_svg(
+        f"Who knows what, when: {mode.value} scheduling",
+        PARTICIPANTS,
+        timeline_items(doc, mode),
+    )
+
+
+def timeline_text(doc: dict[str, Any], mode: Mode) -> str:
+    """SPEC.md's generated section: the picture and the same sequence in words."""
+    who = dict(PARTICIPANTS)
+    lines = [f"![{mode.value} timeline](figures/timeline-{mode.value}.svg)", ""]
+    for it in timeline_items(doc, mode):
+        text = it.text.replace(",\n", ", ").replace(":\n", ": ").replace("\n", "; ")
+        if it.kind == "divider":
+            lines.append(f"- *{text}*")
+        elif it.kind == "note":
+            lines.append(f"  - {who[it.src].split(' ')[0]}: {text}")
+        else:
+            lines.append(f"  - {who[it.src].split(' ')[0]} → {who[it.dst].split(' ')[0]}: {text}")
     return "\n".join(lines)
+
+
+# The SVG files render.py writes beside SPEC.md: name -> renderer.
+SVG_FIGURES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "pipeline.svg": lambda doc: pipeline_svg(),
+    "timeline-sync.svg": lambda doc: timeline_svg(doc, Mode.SYNC),
+    "timeline-async.svg": lambda doc: timeline_svg(doc, Mode.ASYNC),
+}

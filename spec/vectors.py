@@ -1,8 +1,8 @@
 """Conformance vectors: load ``vectors.json``, check its shape, run every vector through the
 reference and report per-vector results.
 
-Standard library only (plus the reference). The file format is described in SPEC.md section 12
-("Conformance vectors"); in short there are two kinds of vector:
+Standard library only (plus the reference). The file format is described in APPENDIX.md
+("Running the vectors against another implementation"); in short there are two kinds of vector:
 
 ``step``
     ``input`` holds the StepQuery fields of one (request, engine step) draft block (``null`` =
@@ -576,13 +576,13 @@ def run_trace(vec: dict[str, Any], tol: float) -> VectorResult:
     return result
 
 
-# -- reporting surfaces (SPEC.md section 8) --------------------------------------------------
+# -- reporting surfaces (SPEC.md section 7) --------------------------------------------------
 
 PROMETHEUS_COUNTERS: dict[str, Callable[[Counters], int]] = {
     "vllm:spec_decode_num_spec_steps_total": lambda c: c.rfc.spec_steps,
     "vllm:spec_decode_num_drafts_total": lambda c: c.rfc.spec_steps,
     "vllm:spec_decode_num_draft_tokens_total": lambda c: c.rfc.drafted,
-    "vllm:spec_decode_num_verified_tokens_total": lambda c: c.rfc.verified,
+    "vllm:spec_decode_num_verified_draft_tokens_total": lambda c: c.rfc.verified,
     "vllm:spec_decode_num_accepted_tokens_total": lambda c: c.rfc.accepted,
     "vllm:spec_decode_num_padding_slots_total": lambda c: c.rfc.padding,
     "vllm:spec_decode_num_discarded_steps_total": lambda c: c.rfc.discarded_steps,
@@ -600,7 +600,7 @@ PROMETHEUS_LABELLED: dict[str, tuple[str, Callable[[Counters], Iterable[tuple[st
         "position",
         lambda c: ((str(i), v) for i, v in enumerate(c.per_position("drafted"))),
     ),
-    "vllm:spec_decode_num_verified_tokens_per_pos_total": (
+    "vllm:spec_decode_num_verified_draft_tokens_per_pos_total": (
         "position",
         lambda c: ((str(i), v) for i, v in enumerate(c.per_position("verified"))),
     ),

