@@ -6,19 +6,29 @@ reference, which counts it under both profiles: what that vLLM version exported 
 what this specification exports (rfc). The table prints both and the shift, naming the run.
 Deployment shapes no committed run has (schedule truncation under budget pressure, P/D padding,
 adaptive verification) are given per block from the conformance vector that pins them, and
-marked as such. `render.py` writes the table into SPEC.md; its --check (run by the tests) fails
-when a fixture changes, and a new fixture is one line in RUNS.
+marked as such. `render.py` writes the table into SPEC.md.
+
+The spec sits beside the replay in the import layers, never above it, so the replayed totals
+are data: `user_changes.json`, written by ``python scripts/measure_user_changes.py`` (which
+replays every run of RUNS). The tests replay the runs again and fail when the file is stale;
+a new fixture is one line in RUNS and a rerun of that script.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from spectally.reference.counters import Counters
-
 REPO = Path(__file__).resolve().parent.parent
+MEASURED_PATH = Path(__file__).with_name("user_changes.json")
+# The totals each run's row prints: (profile, counter) pairs, in the file's order.
+MEASURED_FIELDS: dict[str, tuple[str, ...]] = {
+    "legacy": ("num_drafts", "num_draft_tokens", "num_accepted_tokens"),
+    "rfc": ("drafted", "verified", "accepted", "spec_steps", "truncated", "padding"),
+}
 
 
 @dataclass(frozen=True)
@@ -86,23 +96,11 @@ def _ratio(num: int, den: int, offset: float = 0.0) -> str:
     return "n/a" if den == 0 else f"{offset + num / den:.3f}"
 
 
-def measure(run: MeasuredRun) -> Counters:
-    """The run's totals under both profiles (the plain reference replay; it must agree)."""
-    from spectally.engine_bridge.replay import replay_reference
-
-    result = replay_reference(str(REPO / run.path), progress=False)
-    if result.status != "agree" or result.totals is None:
-        raise ValueError(f"{run.path}: replay says {result.status}; fix the fixture first")
-    return result.totals
-
-
-def _version(path: Path) -> str:
-    import gzip
-    import json
-
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        header = json.loads(f.readline())
-    return str(header["engine_version"])
+@cache
+def measured() -> dict[str, Any]:
+    """Each run's version and totals, by path, as `user_changes.json` holds them."""
+    data: dict[str, Any] = json.loads(MEASURED_PATH.read_text(encoding="utf-8"))
+    return data
 
 
 def run_rows() -> list[str]:
@@ -113,19 +111,19 @@ def run_rows() -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in RUNS:
-        c = measure(run)
-        r, lg = c.rfc, c.legacy
+        m = measured()[run.path]
+        r, lg = m["rfc"], m["legacy"]
         name = Path(run.path).name.removesuffix(".ndjson.gz")
         rows.append(
-            f"| {run.shape} | `{name}` | {_version(REPO / run.path)}"
-            f" | {lg.num_draft_tokens} → {r.drafted}"
-            f" | {lg.num_drafts} → {r.spec_steps}"
-            f" | {lg.num_accepted_tokens} → {r.accepted}"
-            f" | {_ratio(lg.num_accepted_tokens, lg.num_draft_tokens)}"
-            f" → {_ratio(r.accepted, r.drafted)}"
-            f" | {_ratio(lg.num_accepted_tokens, lg.num_drafts, 1.0)}"
-            f" → {_ratio(r.accepted, r.spec_steps, 1.0)}"
-            f" | {r.verified} | {r.truncated} / {r.padding} |"
+            f"| {run.shape} | `{name}` | {m['version']}"
+            f" | {lg['num_draft_tokens']} → {r['drafted']}"
+            f" | {lg['num_drafts']} → {r['spec_steps']}"
+            f" | {lg['num_accepted_tokens']} → {r['accepted']}"
+            f" | {_ratio(lg['num_accepted_tokens'], lg['num_draft_tokens'])}"
+            f" → {_ratio(r['accepted'], r['drafted'])}"
+            f" | {_ratio(lg['num_accepted_tokens'], lg['num_drafts'], 1.0)}"
+            f" → {_ratio(r['accepted'], r['spec_steps'], 1.0)}"
+            f" | {r['verified']} | {r['truncated']} / {r['padding']} |"
         )
     return rows
 
