@@ -193,7 +193,7 @@ def _bounded(ctx: click.Context, param: click.Parameter, value: int | None) -> i
     """A draft count of `spectally step`, at most limits.MAX_K (checked before anything is
     sized by it: the reference builds per-draft lists). Negative counts are the reference's
     to reject (`StepQuery.violations`)."""
-    from spectally.engine_bridge.limits import MAX_K
+    from spectally.engine_bridge.steplog.limits import MAX_K
 
     if value is not None and value > MAX_K:
         raise click.BadParameter(f"{value} exceeds the limit {MAX_K} (k at most {MAX_K})")

@@ -57,7 +57,7 @@ def llamacpp_cmd(
     exactly the requests between them: /metrics moves only when a request stops); recurrent
     targets' restore-and-replay pairs count once."""
     from spectally.engine_bridge.llamacpp.importer import import_log, write
-    from spectally.engine_bridge.source import BadInput
+    from spectally.engine_bridge.steplog.source import BadInput
 
     try:
         result = import_log(

@@ -53,7 +53,7 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
     `promtool test rules DIR/test-*.yml` (from DIR)."""
     from spectally.engine_bridge.observe import promtest
     from spectally.engine_bridge.observe import rules as gen
-    from spectally.engine_bridge.records import BadInput
+    from spectally.engine_bridge.steplog.records import BadInput
 
     if logs and window != "5m":
         raise click.UsageError("--tests-from checks the 5m rules: leave --window at 5m")
@@ -125,7 +125,7 @@ def lint(files: tuple[str, ...], as_json: bool) -> None:
     import json
 
     from spectally.engine_bridge.observe.lint import Finding, lint_file
-    from spectally.engine_bridge.records import BadInput
+    from spectally.engine_bridge.steplog.records import BadInput
 
     findings: list[Finding] = []
     bad = False
@@ -177,7 +177,7 @@ def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
     """Per-request acceptance of a step log as AIPerf's SpecDecodeAcceptanceRecord (JSON
     Lines), so a benchmark run and a production log compare in one tool (docs/observe.md)."""
     from spectally.engine_bridge.observe import aiperf
-    from spectally.engine_bridge.records import BadInput
+    from spectally.engine_bridge.steplog.records import BadInput
 
     try:
         result = aiperf.export(log, profile)

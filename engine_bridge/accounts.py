@@ -11,7 +11,6 @@ from typing import Any
 from spectally.reference.events import Event
 from spectally.reference.step import LegacyStepCounts
 
-from .records import BadInput, Record
 from .report import (
     LEGACY_FIELDS,
     Divergence,
@@ -21,7 +20,8 @@ from .report import (
     StepBlocks,
     rows,
 )
-from .translate import Header
+from .steplog.records import BadInput, Record
+from .steplog.translate import Header
 
 
 class StopReplay(Exception):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 from spectally.exit_codes import EXIT_COMMON, EXIT_SEVERAL, ExitCode
 
-from .records import BadInput
+from .steplog.records import BadInput
 
 if TYPE_CHECKING:
     from .fleet import FileOutcome
@@ -39,7 +39,7 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
     """--force-profile: a profile of the table, else a usage error (exit 2) naming them."""
     if value is None:
         return None
-    from .profiles import check_profile
+    from .steplog.profiles import check_profile
 
     try:
         return check_profile(value)

@@ -43,7 +43,7 @@ from .colread import Irregular
 from .colseq import LANES_MAX, Lanes, lane_words
 from .colstore import Growing
 from .report import SHIFT_TERMS, shift_terms
-from .translate import delivered_consistent, vllm_accepted
+from .steplog.translate import delivered_consistent, vllm_accepted
 
 NULL = -1  # a null count in a column
 

@@ -41,9 +41,9 @@ from .colscan import ABSENT as ABSENT
 from .colscan import COLUMNS as COLUMNS
 from .colscan import NULL as NULL
 from .colscan import OUTCOMES as OUTCOMES
-from .limits import MAX_INT, MAX_LINE_BYTES
-from .records import BadInput, Record, load_schema, parse_line
-from .source import BOM, close_stream, log_bytes, open_binary
+from .steplog.limits import MAX_INT, MAX_LINE_BYTES
+from .steplog.records import BadInput, Record, load_schema, parse_line
+from .steplog.source import BOM, close_stream, log_bytes, open_binary
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 

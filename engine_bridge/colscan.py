@@ -1,6 +1,6 @@
 """Columns straight from the bytes for canonical ``request_step`` lines (a compiled scanner).
 
-Both writers of step logs in this project (the recorder, ``vllm/steplog.py``: ``Block.record``
+Both writers of step logs in this project (the recorder, ``steplog/writer.py``: ``Block.record``
 + ``json.dumps(separators=(",", ":"))``, and the generators of ``synth/``) write a
 ``request_step`` record in one byte form::
 

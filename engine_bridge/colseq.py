@@ -38,7 +38,7 @@ from spectally.reference.transitions import is_applied, lifecycle_rule
 from . import colkeys
 from .array_arith import Ints
 from .colread import Irregular
-from .translate import LIFECYCLE_OUTCOME
+from .steplog.translate import LIFECYCLE_OUTCOME
 
 # lifecycle_rule decides from the mode, the event and whether the block was verified; the
 # counts it also returns (the discarded block) are folded by colblocks from the record.

@@ -59,11 +59,11 @@ from .colseq import (
     check_one_block_per_step,
     check_step_stats,
 )
-from .limits import MAX_LINE_BYTES
-from .profiles import resolve
-from .records import BadInput, Record, exported_counters, parse_line
 from .report import ReplayResult, Tally, make_summary, stats_not_compared
-from .translate import LEGACY_PROFILE, Header
+from .steplog.limits import MAX_LINE_BYTES
+from .steplog.profiles import resolve
+from .steplog.records import BadInput, Record, exported_counters, parse_line
+from .steplog.translate import LEGACY_PROFILE, Header
 
 STALE = OUTCOME_CODE["discarded_stale"]
 APPLIED = OUTCOME_CODE["applied"]

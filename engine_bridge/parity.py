@@ -37,9 +37,9 @@ from spectally.reference.events import Event
 from spectally.reference.machine import ClosedBlock, Engine, Outcome
 from spectally.reference.step import Mode, RfcStepCounts, StepInputs, pipeline
 
-from .records import BadInput, Record, parse_line
 from .reference_replay import Replayer, StopReplay
-from .source import iter_lines
+from .steplog.records import BadInput, Record, parse_line
+from .steplog.source import iter_lines
 
 __all__ = [
     "PARITY_COUNTERS",

@@ -49,8 +49,6 @@ from .accounts import (
     metrics_divergence,
     totals_divergence,
 )
-from .profiles import check_profile, no_profile_reason, resolve
-from .records import BadInput, Record, exported_counters, parse_line
 from .report import (
     Divergence,
     RequestView,
@@ -60,7 +58,9 @@ from .report import (
     shift_terms,
     stats_not_compared,
 )
-from .translate import (
+from .steplog.profiles import check_profile, no_profile_reason, resolve
+from .steplog.records import BadInput, Record, exported_counters, parse_line
+from .steplog.translate import (
     DISCARDED_OUTCOMES,
     Header,
     Untranslatable,

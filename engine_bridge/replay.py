@@ -19,8 +19,6 @@ from typing import Any, BinaryIO
 
 from spectally.exit_codes import Verdict
 
-from .profiles import check_profile
-from .records import BadInput, iter_lines
 from .reference_replay import Replayer, StopReplay
 from .report import (
     Divergence,
@@ -30,7 +28,9 @@ from .report import (
     render_summary,
     result_json,
 )
-from .source import log_bytes, rereadable
+from .steplog.profiles import check_profile
+from .steplog.records import BadInput, iter_lines
+from .steplog.source import log_bytes, rereadable
 
 __all__ = [
     "Divergence",

@@ -18,9 +18,9 @@ from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.profile import VLLM_LEGACY, CountingProfile, GrammarKeep
 from spectally.reference.step import LegacyStepCounts, Mode, StepInputs, grammar_keeps, pipeline
 
-from .profiles import forced_text, forced_view
-from .records import BadInput, Record
-from .translate import Header
+from .steplog.profiles import forced_text, forced_view
+from .steplog.records import BadInput, Record
+from .steplog.translate import Header
 
 LEGACY_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 

@@ -30,9 +30,9 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.profile import PROFILES, CountingProfile, GrammarKeep, releases_of
 from spectally.reference.step import Mode, StepInputs, grammar_keeps, legacy_step, rfc_step
 
-from .records import BadInput, Record, parse_line
-from .source import iter_lines
-from .translate import Header, counting_profile, profile_for
+from .steplog.records import BadInput, Record, parse_line
+from .steplog.source import iter_lines
+from .steplog.translate import Header, counting_profile, profile_for
 
 APPLIED = ("applied",)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spectally.engine_bridge.translate import counting_profile, profile_for
+from spectally.engine_bridge.steplog.translate import counting_profile, profile_for
 from spectally.engine_bridge.vllm import backport
 from spectally.engine_bridge.vllm.backport import BackportPublisher, rfc_block_counts
 from spectally.reference.counters import Counters

@@ -1,7 +1,7 @@
 """The byte scanner (engine_bridge/colscan.py) takes a line only where the typed decoder and
 the reference decoder both accept it, with their values.
 
-Lines are canonical ``request_step`` lines (as steplog.py and the generators write them, or
+Lines are canonical ``request_step`` lines (as steplog/writer.py and the generators write them, or
 json.dumps with its default separators) and
 near-canonical ones: one mutation of each class below, or one byte replaced, deleted or
 inserted anywhere. For each, the scanner either declines the line or yields exactly what
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from spectally.engine_bridge import colread, colscan, columnar, synth
 from spectally.engine_bridge.colread import Irregular, decode_chunk, decode_columns
 from spectally.engine_bridge.colscan import ABSENT, COLUMNS, NULL, OUTCOMES, scan
-from spectally.engine_bridge.records import BadInput, parse_line
 from spectally.engine_bridge.report import render_summary, result_json
+from spectally.engine_bridge.steplog.records import BadInput, parse_line
 
 NULLABLE = ("grammar_valid", "invalid", "verified", "delivered")
 ORDER = (
@@ -50,7 +50,7 @@ COUNT = st.one_of(st.integers(0, 12), st.integers(0, 10**9), SMALL)
 
 
 def dumps(rec: dict[str, Any], spaced: bool = False) -> bytes:
-    """The writers' form (steplog.py, synth/): compact separators, ASCII; ``spaced``:
+    """The writers' form (steplog/writer.py, synth/): compact separators, ASCII; ``spaced``:
     json.dumps' default separators (", " and ": "), the scanner's other style."""
     return json.dumps(rec, separators=(", ", ": ") if spaced else (",", ":")).encode()
 
@@ -527,7 +527,7 @@ def _text(path: Path) -> bytes:
 
 def test_the_recorders_lines_are_all_taken() -> None:
     """Every request_step line of every recorded log and trace is in the scanner's form (the
-    recorder writes it: steplog.py), so the scanner is not bypassed on real logs."""
+    recorder writes it: steplog/writer.py), so the scanner is not bypassed on real logs."""
     for path in LOGS:
         text = _text(path)
         assert int(scan(text).taken.sum()) == text.count(b'{"record":"request_step"'), path

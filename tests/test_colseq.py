@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from spectally.engine_bridge import colseq
 from spectally.engine_bridge.colread import Irregular
 from spectally.engine_bridge.colseq import RequestTable, check_one_block_per_step
-from spectally.engine_bridge.translate import LIFECYCLE_OUTCOME
+from spectally.engine_bridge.steplog.translate import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode
 from spectally.reference.transitions import lifecycle_rule

@@ -19,7 +19,7 @@ import pytest
 from spectally.engine_bridge.llamacpp.importer import import_log, write
 from spectally.engine_bridge.llamacpp.profile import DECLARATIONS, LLAMACPP, llamacpp_step
 from spectally.engine_bridge.replay import replay_file
-from spectally.engine_bridge.translate import profile_for
+from spectally.engine_bridge.steplog.translate import profile_for
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = json.loads((ROOT / "spec" / "vectors-llamacpp.json").read_text())

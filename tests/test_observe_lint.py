@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from spectally.cli import main
 from spectally.engine_bridge.observe import dashboard, lint, rules
-from spectally.engine_bridge.records import BadInput
+from spectally.engine_bridge.steplog.records import BadInput
 
 FIX = Path(__file__).parent / "fixtures" / "observe"
 

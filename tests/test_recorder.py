@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from fake_scheduler import FakeEngine, RecordingAsyncFake, RecordingFake
 from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.steplog.writer import StepOrderBuffer, append_record
 from spectally.engine_bridge.vllm import recording
-from spectally.engine_bridge.vllm.steplog import StepOrderBuffer, append_record
 
 K = 3
 

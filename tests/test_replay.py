@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.records import parse_line
 from spectally.engine_bridge.replay import Replayer, render_summary, replay_file
+from spectally.engine_bridge.steplog.records import parse_line
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = ROOT / "engine_bridge" / "examples" / "step-log-async-eagle-xgrammar.ndjson"

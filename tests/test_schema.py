@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from spectally.engine_bridge.records import load_schema, schema_validator, validate
+from spectally.engine_bridge.steplog.records import load_schema, schema_validator, validate
 from spectally.engine_bridge.synth import generate
 
 ROOT = Path(__file__).parent.parent

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spectally.engine_bridge import colread, colscan, jit, replay, source, synth
+from spectally.engine_bridge import colread, colscan, jit, replay, synth
+from spectally.engine_bridge.steplog import source
 
 # The production thresholds, read at import (before conftest's fixture lowers them).
 SCAN_MIN_BYTES, JIT_MIN_LOG_BYTES = colscan.MIN_BYTES, colread.JIT_MIN_LOG_BYTES

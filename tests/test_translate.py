@@ -1,11 +1,11 @@
-"""Record -> reference event translation (engine_bridge/translate.py)."""
+"""Record -> reference event translation (engine_bridge/steplog/translate.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from spectally.engine_bridge.translate import (
+from spectally.engine_bridge.steplog.translate import (
     Untranslatable,
     delivered_mismatch,
     lifecycle_event,

@@ -7,10 +7,11 @@ import ast
 from pathlib import Path
 from typing import get_args
 
-from spectally.engine_bridge import colread, colscan, translate
+from spectally.engine_bridge import colread, colscan
 from spectally.engine_bridge.fleet.job import BackendUnavailable
 from spectally.engine_bridge.fleet.ray import RayUnavailable
-from spectally.engine_bridge.records import BadInput
+from spectally.engine_bridge.steplog import translate
+from spectally.engine_bridge.steplog.records import BadInput
 from spectally.exit_codes import EXIT_SEVERAL, SEVERITY, ExitCode, Verdict
 from spectally.reference.errors import SpectallyError
 from spectally.reference.machine import Outcome

@@ -20,8 +20,8 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters, position_zero
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 
-from ..profiles import FORCE_FLAG
 from ..report import SHIFT_TERMS, explain_shift
+from ..steplog.profiles import FORCE_FLAG
 from .job import EngineInfo, FileOutcome
 
 

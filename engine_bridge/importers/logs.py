@@ -31,8 +31,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..limits import MAX_K, digits_too_long
-from ..source import BadInput, iter_text_lines
+from ..steplog.limits import MAX_K, digits_too_long
+from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding
 
 MARKER = "SpecDecoding metrics:"

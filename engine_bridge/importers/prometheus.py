@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..limits import MAX_INT, MAX_K
-from ..source import BadInput, iter_text_lines
+from ..steplog.limits import MAX_INT, MAX_K
+from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding
 
 PREFIX = "vllm:spec_decode_"

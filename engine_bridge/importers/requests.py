@@ -39,8 +39,8 @@ from spectally.reference.machine import Engine, EngineConfig
 from spectally.reference.metrics import Ratio
 from spectally.reference.step import Mode
 
-from ..limits import MAX_DEPTH, k_error
-from ..source import BadInput, line_col, read_text, strict_raw_decode, too_deep
+from ..steplog.limits import MAX_DEPTH, k_error
+from ..steplog.source import BadInput, line_col, read_text, strict_raw_decode, too_deep
 from .findings import OK, VIOLATION, Finding
 
 REQUIRED = (

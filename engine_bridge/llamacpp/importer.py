@@ -26,8 +26,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..limits import MAX_K
-from ..source import BadInput
+from ..steplog.limits import MAX_K
+from ..steplog.source import BadInput
 from . import promtext, serverlog
 from .profile import ENGINE
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..limits import MAX_INT, MAX_K
-from ..source import BadInput
+from ..steplog.limits import MAX_INT, MAX_K
+from ..steplog.source import BadInput
 
 PREFIX = "llamacpp:spec_decode_"
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")

@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..limits import MAX_LINE_BYTES
-from ..source import BadInput
+from ..steplog.limits import MAX_LINE_BYTES
+from ..steplog.source import BadInput
 
 SLOT = re.compile(r"slot\s+[^:|]*: id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \| (?P<msg>.*)$")
 ACCEPTED = re.compile(

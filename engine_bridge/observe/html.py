@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from ..fleet import FileOutcome
-from ..records import BadInput
+from ..steplog.records import BadInput
 from .timeline import Timeline, replay_timeline, window
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'"

@@ -35,8 +35,8 @@ from typing import Any
 import promql_parser as pp
 import yaml
 
-from ..records import BadInput
-from ..source import read_text
+from ..steplog.records import BadInput
+from ..steplog.source import read_text
 from .schemes import (
     ACCEPTED_NAMES,
     GAUGES,

@@ -15,9 +15,9 @@ from typing import Any
 
 from spectally.reference.counters import Counters, LegacyTotals, PositionCounts, RfcTotals
 
-from ..records import BadInput
 from ..reference_replay import Replayer, StopReplay
-from ..source import iter_lines
+from ..steplog.records import BadInput
+from ..steplog.source import iter_lines
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..steplog import writer
+
 Record = dict[str, Any]
 
 
@@ -45,14 +47,7 @@ def header(
 
 def totals_record(totals: list[int], totals_pos: list[int]) -> Record:
     """The closing totals record: the counts summed over every ``step_stats`` record."""
-    return {
-        "record": "totals",
-        "source": "synthetic",
-        "num_drafts": totals[0],
-        "num_draft_tokens": totals[1],
-        "num_accepted_tokens": totals[2],
-        "num_accepted_tokens_per_pos": totals_pos,
-    }
+    return writer.totals_record("synthetic", totals[:3], totals_pos)
 
 
 def count_block(rec: Record, stats: list[int], pos: list[int]) -> None:

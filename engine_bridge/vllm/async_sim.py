@@ -37,6 +37,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from spectally.engine_bridge.steplog import writer
+
 EOS = 2  # tiny_models: eos_token_id
 CHOICES = ["import os; import sys; import json", "from typing import Any, Optional"]
 
@@ -243,15 +245,7 @@ def simulate(
     sched.shutdown()
     llm.llm_engine.engine_core.shutdown()
     recorder.append_record(
-        str(raw),
-        {
-            "record": "totals",
-            "source": "scheduler_stats",
-            "num_drafts": totals[0],
-            "num_draft_tokens": totals[1],
-            "num_accepted_tokens": totals[2],
-            "num_accepted_tokens_per_pos": totals[3:],
-        },
+        str(raw), writer.totals_record("scheduler_stats", totals[:3], totals[3:])
     )
     records = [json.loads(line) for line in raw.read_text().splitlines()]
     gz = out / f"{name}.ndjson.gz"

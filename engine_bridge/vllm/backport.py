@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from spectally.engine_bridge.translate import profile_for
+from spectally.engine_bridge.steplog.translate import profile_for
 from spectally.reference.counters import Counters
 from spectally.reference.profile import PROFILES, VLLM_LEGACY, CountingProfile
 from spectally.reference.step import Mode, StepQuery

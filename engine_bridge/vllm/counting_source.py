@@ -25,8 +25,9 @@ that decides the counts:
   ``AsyncScheduler`` (how sampled tokens are appended: what the recorder's ``delivered`` sees).
 
 Each is located with ``ast`` (by class and function name, so line shifts do not matter) and
-hashed (SHA-256 of the exact source text). ``engine_bridge/release_pin.json`` pins the hashes
-per release (with the 0.32.0 text), so that the next release's changes are found, not assumed::
+hashed (SHA-256 of the exact source text). ``engine_bridge/steplog/release_pin.json`` pins the
+hashes per release (with the 0.32.0 text), so that the next release's changes are found, not
+assumed::
 
     python -m spectally.engine_bridge.vllm.counting_source WHEEL_OR_SITE_PACKAGES
         # each function's hash against every pinned release; the declarations (profile
@@ -48,7 +49,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.release_pin import PIN, load_pin
+from spectally.engine_bridge.steplog.release_pin import PIN, load_pin
 
 BASELINE = "0.32.0"
 
@@ -358,7 +359,7 @@ def closest(found: dict[str, str | None], pin: dict[str, Any]) -> tuple[str, lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spectally.engine_bridge.translate import profile_for
+    from spectally.engine_bridge.steplog.translate import profile_for
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("sources", nargs="+", type=Path, help="vLLM wheel(s) or source dir(s)")

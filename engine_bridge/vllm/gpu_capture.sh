@@ -3,7 +3,7 @@
 # also work): async scheduling, structured outputs (xgrammar) and adaptive verification, with the
 # worker hook that reports the verified count (gpu_worker.py). For a user's own GPU machine; not
 # runnable on CPU-only machines. Each release's logs replay under its own counting profile
-# (vllm-legacy for 0.32/0.33, vllm-0.34; engine_bridge/release_pin.json pins their counting
+# (vllm-legacy for 0.32/0.33, vllm-0.34; engine_bridge/steplog/release_pin.json pins their counting
 # source), and GPUModelRunner.prepare_inputs / InputBatch.cu_num_logits, which the hook wraps,
 # exist in all three (0.34: AV's reallocate_drafts still runs inside prepare_inputs).
 #

@@ -53,7 +53,7 @@ Outcomes: ``applied`` when the output reaches the request, including stale outpu
 flight at a preemption (vLLM delivers it unless ``drop_stale_output``); ``discarded_stale`` only
 when vLLM dropped it.
 
-Records reach the file in step order whatever happens between two steps (``steplog.py``,
+Records reach the file in step order whatever happens between two steps (``steplog/writer.py``,
 `StepOrderBuffer`): a record is held until no record of an earlier step can arrive. Every record
 is one complete line written with a single ``os.write`` on an ``O_APPEND`` descriptor: a kill can
 lose buffered records (at most the last step or two) but never leaves a torn line. ``shutdown``
@@ -62,6 +62,13 @@ flushes and closes.
 
 from __future__ import annotations
 
+from spectally.engine_bridge.steplog.writer import (
+    Block,
+    StepLogWriter,
+    append_record,
+    subtract_totals,
+    totals_from_metrics,
+)
 from spectally.engine_bridge.vllm.recording import (
     ENV_BACKPORT,
     ENV_CONFIG,
@@ -71,13 +78,6 @@ from spectally.engine_bridge.vllm.recording import (
     SCHEMA_VERSION,
     WORKER_VERIFIED,
     RecorderMixin,
-)
-from spectally.engine_bridge.vllm.steplog import (
-    Block,
-    StepLogWriter,
-    append_record,
-    subtract_totals,
-    totals_from_metrics,
 )
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler

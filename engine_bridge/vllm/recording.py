@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from spectally.engine_bridge.vllm.steplog import (
+from spectally.engine_bridge.steplog.writer import (
     Block,
     Record,
     StepLogWriter,

@@ -32,6 +32,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from spectally.engine_bridge.steplog import writer
+
 
 def build(mode: str, k: int) -> Any:
     """A recording scheduler of the installed vLLM, with no engine behind it."""
@@ -157,15 +159,7 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
             raise RuntimeError("simulation did not finish")
     sched.shutdown()
     recorder.append_record(
-        str(raw),
-        {
-            "record": "totals",
-            "source": "scheduler_stats",
-            "num_drafts": totals[0],
-            "num_draft_tokens": totals[1],
-            "num_accepted_tokens": totals[2],
-            "num_accepted_tokens_per_pos": totals[3:],
-        },
+        str(raw), writer.totals_record("scheduler_stats", totals[:3], totals[3:])
     )
     gz = out / f"{name}.ndjson.gz"
     with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:

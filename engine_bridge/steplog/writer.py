@@ -157,16 +157,23 @@ SPEC_METRICS = {
 }
 
 
+def totals_record(source: str, counts: list[int], per_pos: list[int]) -> Record:
+    """The closing ``totals`` record: ``counts`` is (drafts, draft tokens, accepted tokens),
+    ``per_pos`` the accepted tokens per draft position; ``source`` names where they were read."""
+    drafts, draft_tokens, accepted = counts
+    return {
+        "record": "totals",
+        "source": source,
+        "num_drafts": drafts,
+        "num_draft_tokens": draft_tokens,
+        "num_accepted_tokens": accepted,
+        "num_accepted_tokens_per_pos": per_pos,
+    }
+
+
 def totals_from_metrics(metrics: Any, k: int) -> Record:
     """The ``totals`` record from ``LLM.get_metrics()`` (summed over engines / labels)."""
-    rec: Record = {
-        "record": "totals",
-        "source": "get_metrics",
-        "num_drafts": 0,
-        "num_draft_tokens": 0,
-        "num_accepted_tokens": 0,
-        "num_accepted_tokens_per_pos": [0] * k,
-    }
+    rec = totals_record("get_metrics", [0, 0, 0], [0] * k)
     for m in metrics:
         field = SPEC_METRICS.get(m.name)
         if field is not None:

@@ -1,0 +1,39 @@
+"""The step-log format, both ways: what a log is, how it is read, and how it is written.
+
+A step log is NDJSON (spec/STEP_LOG.md): a header, one record per engine event or step, and a
+closing totals record. This package is the bottom of the bridge; every stage above reads logs
+through it and it imports nothing of the bridge.
+
+- ``source``: bytes in (plain or gzip, seekable or a pipe), lines out, with the input checks;
+- ``limits``: the input limits every reader applies before allocating;
+- ``records``: one line parsed and checked against the schema (``parse_line``, ``BadInput``);
+- ``translate``: records into reference events, by counting profile (``Header``);
+- ``profiles``: which profile reads which engine release (``resolve``, ``check_profile``),
+  with ``release_pin`` and ``release_pin.json`` pinning each release's counting source;
+- ``writer``: the recorder's side, whole-line appends in step order and the totals record
+  (``StepLogWriter``, ``StepOrderBuffer``, ``totals_record``).
+
+``__all__`` below is what code outside the package imports.
+"""
+
+from __future__ import annotations
+
+from .profiles import check_profile, resolve
+from .records import BadInput, Record, parse_line
+from .source import iter_lines
+from .translate import Header
+from .writer import StepLogWriter, StepOrderBuffer, append_record, totals_record
+
+__all__ = [
+    "BadInput",
+    "Header",
+    "Record",
+    "StepLogWriter",
+    "StepOrderBuffer",
+    "append_record",
+    "check_profile",
+    "iter_lines",
+    "parse_line",
+    "resolve",
+    "totals_record",
+]
