@@ -51,8 +51,9 @@ from typing import Any
 
 import msgspec
 import orjson
-from spectally.engine_bridge import colblocks, colread, colscan, columnar, synth
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.replay.columnar import colblocks, colread, colscan, columnar
+from spectally.engine_bridge.replay.dispatch import replay_file
 
 GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
     "uniform": lambda n, seed: synth.lines(n, seed=seed),
@@ -215,7 +216,7 @@ def memory(n: int) -> dict[str, Any]:
         write_log("varied", n, path)
         code = (
             "import sys, time\n"
-            "from spectally.engine_bridge.replay import replay_file\n"
+            "from spectally.engine_bridge.replay.dispatch import replay_file\n"
             "from benchmarks_rss import peak\n"
             "t0 = time.process_time()\n"
             "r = replay_file(sys.argv[1], progress=False)\n"
@@ -234,7 +235,7 @@ def startup() -> float:
     code = (
         "import time\n"
         "t0 = time.process_time()\n"
-        "from spectally.engine_bridge import colscan\n"
+        "from spectally.engine_bridge.replay.columnar import colscan\n"
         "assert colscan.compiled()\n"
         "colscan.scan(b'{}\\n')\n"
         "print(time.process_time() - t0)\n"

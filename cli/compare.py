@@ -27,7 +27,7 @@ def compare(log_a: str, log_b: str, json_out: bool) -> None:
     """Say whether two step logs' acceptance figures are comparable as their engines report
     them, and give both in the RFC's terms side by side with every difference explained."""
     from spectally.comparison import Side, as_json, render
-    from spectally.engine_bridge.replay import render_summary, replay_file
+    from spectally.engine_bridge.replay.dispatch import render_summary, replay_file
 
     results = [replay_file(p, reference=True, progress=False) for p in (log_a, log_b)]
     codes = [ExitCode(r.exit_code) for r in results]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from spectally.engine_bridge.llamacpp.profile import DECLARATIONS, CountingDeclaration
-from spectally.engine_bridge.replay import ReplayResult
+from spectally.engine_bridge.replay.dispatch import ReplayResult
 
 REPORTED = ("drafted", "accepted", "spec_steps")
 # Declaration fields that change what a reported figure means, in words.

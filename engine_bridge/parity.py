@@ -37,7 +37,7 @@ from spectally.reference.events import Event
 from spectally.reference.machine import ClosedBlock, Engine, Outcome
 from spectally.reference.step import Mode, RfcStepCounts, StepInputs, pipeline
 
-from .reference_replay import Replayer, StopReplay
+from .replay.reference_replay import Replayer, StopReplay
 from .steplog.records import BadInput, Record, parse_line
 from .steplog.source import iter_lines
 

@@ -108,7 +108,7 @@ def block_inputs(
 def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
     """The log's counts under its own profile and each of ``targets`` (default: every one).
     Raises BadInput on a log the replay does not judge AGREE under its own profile."""
-    from .replay import replay_file
+    from .replay.dispatch import replay_file
 
     result = replay_file(path, progress=False)
     if result.status != "agree":

@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from spectally.engine_bridge.replay import replay_reference
+from spectally.engine_bridge.replay.dispatch import replay_reference
 from spectally.exit_codes import ExitCode, Verdict
 from spectally.spec.user_changes import MEASURED_FIELDS, MEASURED_PATH, REPO, RUNS
 

@@ -1,6 +1,7 @@
 """Deliberate bugs in giving a chunk's last step back to the reader
-(engine_bridge/colread.py, `ByteChunks`; engine_bridge/columnar.py, `Columnar.run`): each
-must fail its tests (tests/test_colread.py for the reader; tests/test_columnar_chunks.py and
+(engine_bridge/replay/columnar/colread.py, `ByteChunks`;
+engine_bridge/replay/columnar/columnar.py, `Columnar.run`): each must fail its tests
+(tests/test_colread.py for the reader; tests/test_columnar_chunks.py and
 tests/test_columnar_cut.py for the checker's use of it).
 
     .venv/bin/python scripts/reader_mutants.py   # about a minute
@@ -18,8 +19,8 @@ from pathlib import Path
 from scanner_mutants import run_all  # the same runner: rewrite, run the tests, report
 
 REPO = Path(__file__).resolve().parent.parent
-READER = REPO / "engine_bridge" / "colread.py"
-CHECKER = REPO / "engine_bridge" / "columnar.py"
+READER = REPO / "engine_bridge" / "replay" / "columnar" / "colread.py"
+CHECKER = REPO / "engine_bridge" / "replay" / "columnar" / "columnar.py"
 TESTS = {
     READER: "tests/test_colread.py",
     CHECKER: "tests/test_columnar_chunks.py tests/test_columnar_cut.py",

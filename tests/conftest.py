@@ -41,11 +41,12 @@ def _scan_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     `colscan.MIN_BYTES` a chunk, and the tests' logs are small, yet it is the scanner that
     has to be exact. The same for the compiled shape keys (`colkeys.MIN_ROWS` blocks), for
     the log size that loads them (`colread.JIT_MIN_LOG_BYTES`) and for the size under which
-    a replay goes to the reference directly (`replay.REFERENCE_MAX_BYTES`).
+    a replay goes to the reference directly (`dispatch.REFERENCE_MAX_BYTES`).
     (CLI tests in a subprocess keep the production thresholds.)"""
-    from spectally.engine_bridge import colkeys, colread, colscan, replay
+    from spectally.engine_bridge.replay import dispatch
+    from spectally.engine_bridge.replay.columnar import colkeys, colread, colscan
 
-    monkeypatch.setattr(replay, "REFERENCE_MAX_BYTES", 0)
+    monkeypatch.setattr(dispatch, "REFERENCE_MAX_BYTES", 0)
     monkeypatch.setattr(colread, "JIT_MIN_LOG_BYTES", 0)
     monkeypatch.setattr(colscan, "MIN_BYTES", 0)
     monkeypatch.setattr(colkeys, "MIN_ROWS", 0)

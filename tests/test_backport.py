@@ -106,7 +106,7 @@ def test_a_key_missing_an_input_is_caught(
 def test_the_backport_of_a_0_34_engine_counts_what_the_replay_counts(name: str) -> None:
     """Live RFC counters from a vLLM 0.34 log equal the replay's rfc totals (its profile's
     pipeline: the first invalid draft is verified in sync)."""
-    from spectally.engine_bridge.replay import replay_file
+    from spectally.engine_bridge.replay.dispatch import replay_file
 
     pub, _ = _feed(name, f"r-{name}")
     result = replay_file(str(FIXTURES / name), progress=False)

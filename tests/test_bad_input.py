@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from log_lines import ADD, HEADER, dumps
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.dispatch import replay_file
 
 STEP = {
     "record": "request_step",

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from spectally.engine_bridge import colblocks, colkeys, colseq, columnar, synth
-from spectally.engine_bridge.colblocks import BlockColumns, ShapeTable
-from spectally.engine_bridge.colread import Irregular
-from spectally.engine_bridge.colseq import Lanes, StatsColumns
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.replay.columnar import colblocks, colkeys, colseq, columnar
+from spectally.engine_bridge.replay.columnar.colblocks import BlockColumns, ShapeTable
+from spectally.engine_bridge.replay.columnar.colread import Irregular
+from spectally.engine_bridge.replay.columnar.colseq import Lanes, StatsColumns
 from spectally.reference.counters import Counters
 from spectally.reference.step import Mode
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
@@ -390,8 +391,8 @@ def test_a_log_under_a_mebibyte_never_imports_numba(tmp_path: Path) -> None:
     assert blocks > 4096  # more blocks than a smaller threshold would let through
     code = (
         "import sys\n"
-        "from spectally.engine_bridge import colscan\n"
-        "from spectally.engine_bridge.replay import replay_file\n"
+        "from spectally.engine_bridge.replay.columnar import colscan\n"
+        "from spectally.engine_bridge.replay.dispatch import replay_file\n"
         "r = replay_file(sys.argv[1], progress=False)\n"
         "print(colscan.MIN_BYTES, r.status, r.checker, 'numba' in sys.modules)\n"
     )

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colbytes, colread
-from spectally.engine_bridge.colread import COLUMNS, Lines, empty_lines
+from spectally.engine_bridge.replay.columnar import colbytes, colread
+from spectally.engine_bridge.replay.columnar.colread import COLUMNS, Lines, empty_lines
 
 
 def test_own_copies_the_lines_and_keeps_only_their_ids() -> None:

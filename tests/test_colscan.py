@@ -1,5 +1,5 @@
-"""The byte scanner (engine_bridge/colscan.py) takes a line only where the typed decoder and
-the reference decoder both accept it, with their values.
+"""The byte scanner (engine_bridge/replay/columnar/colscan.py) takes a line only where the typed
+decoder and the reference decoder both accept it, with their values.
 
 Lines are canonical ``request_step`` lines (as steplog/writer.py and the generators write them, or
 json.dumps with its default separators) and
@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from spectally.engine_bridge import colread, colscan, columnar, synth
-from spectally.engine_bridge.colread import Irregular, decode_chunk, decode_columns
-from spectally.engine_bridge.colscan import ABSENT, COLUMNS, NULL, OUTCOMES, scan
-from spectally.engine_bridge.report import render_summary, result_json
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.replay.columnar import colread, colscan, columnar
+from spectally.engine_bridge.replay.columnar.colread import Irregular, decode_chunk, decode_columns
+from spectally.engine_bridge.replay.columnar.colscan import ABSENT, COLUMNS, NULL, OUTCOMES, scan
+from spectally.engine_bridge.replay.report import render_summary, result_json
 from spectally.engine_bridge.steplog.records import BadInput, parse_line
 
 NULLABLE = ("grammar_valid", "invalid", "verified", "delivered")

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colseq
-from spectally.engine_bridge.colread import Irregular
-from spectally.engine_bridge.colseq import RequestTable, check_one_block_per_step
+from spectally.engine_bridge.replay.columnar import colseq
+from spectally.engine_bridge.replay.columnar.colread import Irregular
+from spectally.engine_bridge.replay.columnar.colseq import RequestTable, check_one_block_per_step
 from spectally.engine_bridge.steplog.translate import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from spectally.engine_bridge.colstore import Growing
+from spectally.engine_bridge.replay.columnar.colstore import Growing
 
 
 @given(st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40), max_size=12))

@@ -20,11 +20,12 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colblocks, columnar, synth
-from spectally.engine_bridge.array_arith import ARRAY_ARITH
+from spectally.engine_bridge import synth
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.colread import Irregular
-from spectally.engine_bridge.replay import render_summary, replay_file, result_json
+from spectally.engine_bridge.replay.columnar import colblocks, columnar
+from spectally.engine_bridge.replay.columnar.array_arith import ARRAY_ARITH
+from spectally.engine_bridge.replay.columnar.colread import Irregular
+from spectally.engine_bridge.replay.dispatch import render_summary, replay_file, result_json
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepQuery, legacy_step, pipeline, rfc_step
 

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from spectally.engine_bridge import columnar, synth
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.replay.columnar import columnar
+from spectally.engine_bridge.replay.dispatch import replay_file
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
 
 

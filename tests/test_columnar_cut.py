@@ -23,9 +23,10 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colseq, columnar, synth
+from spectally.engine_bridge import synth
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.columnar import colseq, columnar
+from spectally.engine_bridge.replay.dispatch import replay_file
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
 from test_columnar_chunks import LineChunks
 

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colread, synth
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.replay.columnar import colread
+from spectally.engine_bridge.replay.dispatch import replay_file
 from test_columnar import _corrupt, _tamper, same, strict_columnar  # noqa: F401 (autouse)
 
 OUTCOMES = (

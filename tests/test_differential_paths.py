@@ -32,8 +32,8 @@ from typing import TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge import colread, columnar
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.columnar import colread, columnar
+from spectally.engine_bridge.replay.dispatch import replay_file
 from test_fuzz_cli import ENCODINGS, HOSTILE_JSON
 
 ROOT = Path(__file__).parent.parent

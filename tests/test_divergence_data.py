@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spectally.engine_bridge.replay import replay_file
-from spectally.engine_bridge.report import ReportedSums, RequestView, StepBlocks
+from spectally.engine_bridge.replay.dispatch import replay_file
+from spectally.engine_bridge.replay.report import ReportedSums, RequestView, StepBlocks
 
 BASIC = Path(__file__).parent / "traces" / "agree" / "sync_basic.ndjson"
 

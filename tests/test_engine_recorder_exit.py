@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.dispatch import replay_file
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "vllm"

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from spectally.engine_bridge import columnar, reference_replay
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.fleet import ReplayOptions, read_engine_info, replay_local, replay_one
 from spectally.engine_bridge.fleet.report import fleet_summary, render_fleet
-from spectally.engine_bridge.reference_replay import Replayer
-from spectally.engine_bridge.replay import render_summary, replay_file, result_json
+from spectally.engine_bridge.replay import reference_replay
+from spectally.engine_bridge.replay.columnar import columnar
+from spectally.engine_bridge.replay.dispatch import render_summary, replay_file, result_json
+from spectally.engine_bridge.replay.reference_replay import Replayer
 from spectally.engine_bridge.steplog import profiles
 from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, profile_for
 

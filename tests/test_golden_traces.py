@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.dispatch import replay_file
 
 TRACES = Path(__file__).parent / "traces"
 AGREE = sorted((TRACES / "agree").glob("*.ndjson"))

@@ -25,7 +25,7 @@ from log_lines import ADD, HEADER, dumps
 from spectally.cli import main
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.fleet import ray as fleet_ray
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.exit_codes import ExitCode
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"

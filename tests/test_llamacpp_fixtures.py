@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from spectally.engine_bridge.llamacpp import promtext
 from spectally.engine_bridge.llamacpp.importer import Imported, import_log
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.dispatch import replay_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "llamacpp"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from spectally.engine_bridge.llamacpp.importer import import_log, write
 from spectally.engine_bridge.llamacpp.profile import DECLARATIONS, LLAMACPP, llamacpp_step
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.steplog.translate import profile_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from fake_scheduler import FakeEngine, RecordingAsyncFake, RecordingFake
-from spectally.engine_bridge.replay import replay_file
+from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.steplog.writer import StepOrderBuffer, append_record
 from spectally.engine_bridge.vllm import recording
 

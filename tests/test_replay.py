@@ -1,4 +1,4 @@
-"""Streaming replay (engine_bridge/replay.py): agreement, reports, options and end checks."""
+"""Streaming replay (engine_bridge/replay/dispatch.py): agreement, reports, options, end checks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.replay import Replayer, render_summary, replay_file
+from spectally.engine_bridge.replay.dispatch import Replayer, render_summary, replay_file
 from spectally.engine_bridge.steplog.records import parse_line
 
 ROOT = Path(__file__).parent.parent
@@ -377,7 +377,7 @@ def test_ctrl_c_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    from spectally.engine_bridge import colread
+    from spectally.engine_bridge.replay.columnar import colread
 
     monkeypatch.setattr(colread, "open_log", interrupted)
     with pytest.raises(KeyboardInterrupt):

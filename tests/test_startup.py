@@ -3,7 +3,7 @@ imports for a command. (benchmarks/bench_startup.py measures the cost as ratios.
 
 * the command line (``--help``, ``step``, every ``--help`` of a lazily loaded command) imports
   none of numba, numpy, msgspec, jsonschema;
-* a replay of a log under `replay.REFERENCE_MAX_BYTES` imports neither numpy nor msgspec (the
+* a replay of a log under `dispatch.REFERENCE_MAX_BYTES` imports neither numpy nor msgspec (the
   reference replay judges it directly);
 * a replay of a log below `colread.JIT_MIN_LOG_BYTES` does not import numba (its import and the
   kernels' loading cost more than the compiled scanner saves on such a log).
@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spectally.engine_bridge import colread, colscan, jit, replay, synth
+from spectally.engine_bridge import synth
+from spectally.engine_bridge.replay import dispatch
+from spectally.engine_bridge.replay.columnar import colread, colscan, jit
 from spectally.engine_bridge.steplog import source
 
 # The production thresholds, read at import (before conftest's fixture lowers them).
 SCAN_MIN_BYTES, JIT_MIN_LOG_BYTES = colscan.MIN_BYTES, colread.JIT_MIN_LOG_BYTES
-REFERENCE_MAX_BYTES = replay.REFERENCE_MAX_BYTES
+REFERENCE_MAX_BYTES = dispatch.REFERENCE_MAX_BYTES
 HEAVY = ("numba", "numpy", "msgspec", "jsonschema")
 LOG = Path(__file__).parent / "fixtures" / "vllm" / "ngram-k3-greedy.ndjson.gz"
 PROBE = """
@@ -79,7 +81,7 @@ def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
 
 
 def test_a_tiny_replay_imports_neither_numpy_nor_msgspec() -> None:
-    """A log under `replay.REFERENCE_MAX_BYTES` goes to the reference replay directly."""
+    """A log under `dispatch.REFERENCE_MAX_BYTES` goes to the reference replay directly."""
     assert (source.log_bytes(str(LOG)) or 0) < REFERENCE_MAX_BYTES
     assert heavy_modules("replay", str(LOG)) == ["jsonschema"]  # the header's validation
 

@@ -36,7 +36,7 @@ PAIR = {
 def test_readme_pair_is_one_workload_under_both_schedulers() -> None:
     """The README's sync/async example pair: copies of committed fixtures; same requests and
     accepted tokens; vLLM's spec steps differ between the modes, the rfc profile's do not."""
-    from spectally.engine_bridge.replay import replay_file
+    from spectally.engine_bridge.replay.dispatch import replay_file
 
     totals = {}
     for example, fixture in PAIR.items():

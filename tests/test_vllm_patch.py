@@ -241,7 +241,7 @@ def test_patched_scheduler_counts_as_the_rfc_profile(
     (engine_bridge/vllm/sim_so.py: real structured outputs, a simulated runner that reports
     each draft block), gives the counters the reference's rfc profile gives on the log it
     recorded: num_drafts = spec steps, num_draft_tokens = drafted, accepted, per position."""
-    from spectally.engine_bridge.reference_replay import Replayer
+    from spectally.engine_bridge.replay.reference_replay import Replayer
     from spectally.engine_bridge.vllm import env, sim_so
 
     python = env.venv_python()

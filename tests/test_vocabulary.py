@@ -7,9 +7,9 @@ import ast
 from pathlib import Path
 from typing import get_args
 
-from spectally.engine_bridge import colread, colscan
 from spectally.engine_bridge.fleet.job import BackendUnavailable
 from spectally.engine_bridge.fleet.ray import RayUnavailable
+from spectally.engine_bridge.replay.columnar import colread, colscan
 from spectally.engine_bridge.steplog import translate
 from spectally.engine_bridge.steplog.records import BadInput
 from spectally.exit_codes import EXIT_SEVERAL, SEVERITY, ExitCode, Verdict

@@ -19,7 +19,7 @@ from spectally.exit_codes import ExitCode, Verdict
 from spectally.reference.counters import Counters
 from spectally.reference.errors import SpectallyError
 
-from ..replay import render_summary, replay_file, result_json
+from ..replay.dispatch import render_summary, replay_file, result_json
 
 
 class BackendUnavailable(SpectallyError):

@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from .job import FileOutcome, ReplayOptions, internal_error, regular_file, replay_one
 
 # Modules every worker needs; the fork server imports them once, workers inherit them.
-PRELOAD = ["spectally.engine_bridge.fleet.job", "spectally.engine_bridge.replay"]
+PRELOAD = ["spectally.engine_bridge.fleet.job", "spectally.engine_bridge.replay.dispatch"]
 
 
 def usable_cores() -> int:

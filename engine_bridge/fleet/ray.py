@@ -110,7 +110,7 @@ def _init(ray: Any, address: str, timeout: float) -> None:
 def _probe() -> str:
     """Runs on a worker: proves it can import the replay (fails there if spectally is absent)."""
     from spectally import __version__
-    from spectally.engine_bridge import replay  # noqa: F401 - the import is the check
+    from spectally.engine_bridge.replay import dispatch  # noqa: F401 - the import is the check
 
     return str(__version__)
 

@@ -20,7 +20,7 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import Counters, position_zero
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 
-from ..report import SHIFT_TERMS, explain_shift
+from ..replay.report import SHIFT_TERMS, explain_shift
 from ..steplog.profiles import FORCE_FLAG
 from .job import EngineInfo, FileOutcome
 

@@ -227,7 +227,7 @@ def _compare(prom: str, log: Path, last_scrape: str, at: float) -> dict[str, Any
     """The rules' results and the raw counters from Prometheus against the replay's figures."""
     with log.open("a") as f:
         f.write(json.dumps(_totals_from_scrape(last_scrape, K)) + "\n")
-    from ..replay import replay_file
+    from ..replay.dispatch import replay_file
 
     verdict = replay_file(str(log), progress=False).status
     tl = replay_timeline(str(log))

@@ -15,7 +15,7 @@ from typing import Any
 
 from spectally.reference.counters import Counters, LegacyTotals, PositionCounts, RfcTotals
 
-from ..reference_replay import Replayer, StopReplay
+from ..replay.reference_replay import Replayer, StopReplay
 from ..steplog.records import BadInput
 from ..steplog.source import iter_lines
 

@@ -386,7 +386,7 @@ def check_log(path: Path) -> dict[str, Any]:
     except Exception as exc:  # the schema is another module's; report, do not fail the run
         result["schema_errors"] = f"not checked: {exc!r}"[:300]
     try:
-        from spectally.engine_bridge.replay import replay_file
+        from spectally.engine_bridge.replay.dispatch import replay_file
 
         replay = replay_file(str(path), max_divergences=1, progress=False)
         result["replay"] = replay.status

@@ -37,7 +37,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 def check_fixtures(directory: Path = DEFAULT_DIR) -> list[str]:
     """Problems found (empty = every fixture is what its MANIFEST says)."""
-    from spectally.engine_bridge.replay import replay_file
+    from spectally.engine_bridge.replay.dispatch import replay_file
 
     manifest = json.loads((directory / "MANIFEST.json").read_text())
     problems: list[str] = []

@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def verify(
     gz: Path, sent: dict[str, str], families: str, t_load: float, server_log: Path
 ) -> dict[str, Any]:
-    from spectally.engine_bridge.replay import replay_file
+    from spectally.engine_bridge.replay.dispatch import replay_file
 
     with gzip.open(gz, "rt") as fh:
         records = [json.loads(line) for line in fh]

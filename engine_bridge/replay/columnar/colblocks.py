@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+from spectally.engine_bridge.steplog.translate import delivered_consistent, vllm_accepted
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import (
     Counters,
@@ -37,13 +38,12 @@ from spectally.reference.step import (
     rfc_step,
 )
 
+from ..report import SHIFT_TERMS, shift_terms
 from . import colkeys
 from .array_arith import ARRAY_ARITH, Bools, Ints
 from .colread import Irregular
 from .colseq import LANES_MAX, Lanes, lane_words
 from .colstore import Growing
-from .report import SHIFT_TERMS, shift_terms
-from .steplog.translate import delivered_consistent, vllm_accepted
 
 NULL = -1  # a null count in a column
 

@@ -1,6 +1,6 @@
 """The replay's report: divergences, the summary, the legacy -> rfc shift, and their rendering.
 
-Both replay paths (the columnar checker and the reference machine, `replay.py`) end here, so a
+Both replay paths (the columnar checker and the reference machine, `dispatch.py`) end here, so a
 log gets the same report whichever path judged it.
 """
 
@@ -18,9 +18,9 @@ from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.profile import VLLM_LEGACY, CountingProfile, GrammarKeep
 from spectally.reference.step import LegacyStepCounts, Mode, StepInputs, grammar_keeps, pipeline
 
-from .steplog.profiles import forced_text, forced_view
-from .steplog.records import BadInput, Record
-from .steplog.translate import Header
+from ..steplog.profiles import forced_text, forced_view
+from ..steplog.records import BadInput, Record
+from ..steplog.translate import Header
 
 LEGACY_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 

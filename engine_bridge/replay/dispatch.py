@@ -19,6 +19,9 @@ from typing import Any, BinaryIO
 
 from spectally.exit_codes import Verdict
 
+from ..steplog.profiles import check_profile
+from ..steplog.records import BadInput, iter_lines
+from ..steplog.source import log_bytes, rereadable
 from .reference_replay import Replayer, StopReplay
 from .report import (
     Divergence,
@@ -28,9 +31,6 @@ from .report import (
     render_summary,
     result_json,
 )
-from .steplog.profiles import check_profile
-from .steplog.records import BadInput, iter_lines
-from .steplog.source import log_bytes, rereadable
 
 __all__ = [
     "Divergence",
@@ -105,7 +105,7 @@ def replay_file(
             lines=lines,
             force_profile=force_profile,
         )
-    from .columnar import replay_columnar
+    from .columnar.columnar import replay_columnar
 
     with ExitStack() as stack:
         source = path

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from spectally.engine_bridge.steplog.translate import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs
 from spectally.reference.transitions import is_applied, lifecycle_rule
@@ -38,7 +39,6 @@ from spectally.reference.transitions import is_applied, lifecycle_rule
 from . import colkeys
 from .array_arith import Ints
 from .colread import Irregular
-from .steplog.translate import LIFECYCLE_OUTCOME
 
 # lifecycle_rule decides from the mode, the event and whether the block was verified; the
 # counts it also returns (the discarded block) are folded by colblocks from the record.

@@ -39,6 +39,18 @@ from spectally.reference.step import (
     pipeline,
 )
 
+from ..steplog.profiles import check_profile, no_profile_reason, resolve
+from ..steplog.records import BadInput, Record, exported_counters, parse_line
+from ..steplog.translate import (
+    DISCARDED_OUTCOMES,
+    Header,
+    Untranslatable,
+    counting_profile,
+    delivered_mismatch,
+    lifecycle_event,
+    translate_block,
+    vllm_accepted,
+)
 from .accounts import (
     Claim,
     Held,
@@ -49,27 +61,7 @@ from .accounts import (
     metrics_divergence,
     totals_divergence,
 )
-from .report import (
-    Divergence,
-    RequestView,
-    Tally,
-    column,
-    rows,
-    shift_terms,
-    stats_not_compared,
-)
-from .steplog.profiles import check_profile, no_profile_reason, resolve
-from .steplog.records import BadInput, Record, exported_counters, parse_line
-from .steplog.translate import (
-    DISCARDED_OUTCOMES,
-    Header,
-    Untranslatable,
-    counting_profile,
-    delivered_mismatch,
-    lifecycle_event,
-    translate_block,
-    vllm_accepted,
-)
+from .report import Divergence, RequestView, Tally, column, rows, shift_terms, stats_not_compared
 
 ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
 

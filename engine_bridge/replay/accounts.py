@@ -11,6 +11,8 @@ from typing import Any
 from spectally.reference.events import Event
 from spectally.reference.step import LegacyStepCounts
 
+from ..steplog.records import BadInput, Record
+from ..steplog.translate import Header
 from .report import (
     LEGACY_FIELDS,
     Divergence,
@@ -20,8 +22,6 @@ from .report import (
     StepBlocks,
     rows,
 )
-from .steplog.records import BadInput, Record
-from .steplog.translate import Header
 
 
 class StopReplay(Exception):
@@ -147,7 +147,7 @@ def metrics_divergence(
 ) -> Divergence | None:
     """The final Prometheus scrape against the reference's vllm-legacy totals ``ref``
     (num_drafts, num_draft_tokens, num_accepted_tokens, per-position); None when they agree."""
-    from .importers.prometheus import read_scrapes, spec_totals
+    from ..importers.prometheus import read_scrapes, spec_totals
 
     scrapes = read_scrapes([metrics_path])
     if not scrapes:

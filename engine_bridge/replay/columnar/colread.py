@@ -34,6 +34,9 @@ from typing import Annotated, Any, BinaryIO, Literal, cast
 
 import msgspec
 import numpy as np
+from spectally.engine_bridge.steplog.limits import MAX_INT, MAX_LINE_BYTES
+from spectally.engine_bridge.steplog.records import BadInput, Record, load_schema, parse_line
+from spectally.engine_bridge.steplog.source import BOM, close_stream, log_bytes, open_binary
 
 from . import colscan
 from .colbytes import glued_values, key_colons, key_marks
@@ -41,9 +44,6 @@ from .colscan import ABSENT as ABSENT
 from .colscan import COLUMNS as COLUMNS
 from .colscan import NULL as NULL
 from .colscan import OUTCOMES as OUTCOMES
-from .steplog.limits import MAX_INT, MAX_LINE_BYTES
-from .steplog.records import BadInput, Record, load_schema, parse_line
-from .steplog.source import BOM, close_stream, log_bytes, open_binary
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 

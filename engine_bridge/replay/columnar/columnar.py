@@ -28,13 +28,18 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
+from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
+from spectally.engine_bridge.steplog.profiles import resolve
+from spectally.engine_bridge.steplog.records import BadInput, Record, exported_counters, parse_line
+from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, Header
 from spectally.exit_codes import Verdict
 from spectally.reference.counters import Counters
 from spectally.reference.errors import InvariantViolation
 from spectally.reference.invariants import check_invariants
 
+from ..accounts import metrics_divergence
+from ..report import ReplayResult, Tally, make_summary, stats_not_compared
 from . import jit
-from .accounts import metrics_divergence
 from .array_arith import Ints
 from .colblocks import COUNT_FIELDS, BlockColumns, ShapeTable, check_blocks
 from .colread import (
@@ -59,11 +64,6 @@ from .colseq import (
     check_one_block_per_step,
     check_step_stats,
 )
-from .report import ReplayResult, Tally, make_summary, stats_not_compared
-from .steplog.limits import MAX_LINE_BYTES
-from .steplog.profiles import resolve
-from .steplog.records import BadInput, Record, exported_counters, parse_line
-from .steplog.translate import LEGACY_PROFILE, Header
 
 STALE = OUTCOME_CODE["discarded_stale"]
 APPLIED = OUTCOME_CODE["applied"]

@@ -1,0 +1,37 @@
+"""The replay of one step log: open it, pick the judge, return a ``ReplayResult``.
+
+- ``dispatch``: ``replay_file`` opens the log and sends it to a judge; ``replay_reference``
+  replays it through the reference alone;
+- ``reference_replay``: the plain reference replay, the authority, which writes every
+  divergence (``Replayer``);
+- ``columnar/``: the second judge of the same question, over whole arrays, for large logs;
+- ``accounts``: step accounts and the end-of-log comparisons both judges share;
+- ``report``: divergences as data and their rendering, once, at the end (``Divergence``,
+  ``ReplayResult``).
+
+``__all__`` below is what code outside the package imports.
+"""
+
+from __future__ import annotations
+
+from .dispatch import (
+    Divergence,
+    Replayer,
+    ReplayResult,
+    explain_shift,
+    render_summary,
+    replay_file,
+    replay_reference,
+    result_json,
+)
+
+__all__ = [
+    "Divergence",
+    "ReplayResult",
+    "Replayer",
+    "explain_shift",
+    "render_summary",
+    "replay_file",
+    "replay_reference",
+    "result_json",
+]
