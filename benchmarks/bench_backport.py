@@ -1,4 +1,4 @@
-"""What the backport (engine_bridge/vllm/backport.py) costs the engine (issue 12 item 4: < 2 %).
+"""What the backport (engine_bridge/vllm/recorder/backport.py) costs the engine (< 2 %).
 
 Two measurements, both figures in docs/vllm-runs.md::
 
@@ -6,7 +6,7 @@ Two measurements, both figures in docs/vllm-runs.md::
         # no vLLM: µs per block, every request_step of the committed fixtures fed through
         # (a) the reference per block (what the backport did before: rfc_block_counts, merge,
         # publish) and (b) BackportPublisher.observe (one reference evaluation per block shape)
-    $(python3 engine_bridge/vllm/env.py) benchmarks/bench_backport.py --engine [--runs 3]
+    $(python3 engine_bridge/vllm/capture/env.py) benchmarks/bench_backport.py --engine [--runs 3]
         # the same engine configuration (recorder writing a log, draft_model k=3, SO json,
         # 8 requests) with and without the backport, each run in a fresh process, alternating;
         # CPU time of the engine-core thread (in-process engine: the driver thread) around
@@ -43,7 +43,7 @@ def _records() -> list[tuple[str, int, list[dict[str, Any]]]]:
 
 
 def micro() -> dict[str, float]:
-    from spectally.engine_bridge.vllm.backport import BackportPublisher, rfc_block_counts
+    from spectally.engine_bridge.vllm.recorder.backport import BackportPublisher, rfc_block_counts
     from spectally.reference.counters import Counters
     from spectally.reference.step import Mode
 
@@ -94,7 +94,8 @@ CHILD = r"""
 import json, os, sys, time
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-from spectally.engine_bridge.vllm import backport, capture, tiny_models
+from spectally.engine_bridge.vllm.recorder import backport
+from spectally.engine_bridge.vllm.capture import capture, tiny_models
 spent = [0.0]
 orig = backport.BackportPublisher.observe
 def timed(self, record):

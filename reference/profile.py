@@ -33,7 +33,7 @@ The form is engine-neutral. Each field names one fact and its possible answers:
 
 The reference keeps the engine-neutral form and the declarations for the releases it models;
 the replay picks one by the log header's engine and version
-(``engine_bridge/translate.profile_for`` reads `RELEASES`).
+(``engine_bridge/steplog/translate.profile_for`` reads `RELEASES`).
 """
 
 from __future__ import annotations

@@ -86,10 +86,10 @@ def draft_max(name: str) -> int:
 
 
 def vllm_workload() -> list[list[dict[str, Any]]]:
-    """engine_bridge/vllm/capture.py's plain workload of 8 greedy requests (every 4th without
-    the JSON schema, ignoring EOS as there), in pairs."""
-    from spectally.engine_bridge.vllm.capture import JSON_SCHEMA, MAX_TOKENS
-    from spectally.engine_bridge.vllm.capture import PROMPTS as VLLM_PROMPTS
+    """engine_bridge/vllm/capture/capture.py's plain workload of 8 greedy requests (every 4th
+    without the JSON schema, ignoring EOS as there), in pairs."""
+    from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, MAX_TOKENS
+    from spectally.engine_bridge.vllm.capture.capture import PROMPTS as VLLM_PROMPTS
 
     bodies: list[dict[str, Any]] = []
     for i in range(8):
@@ -257,7 +257,7 @@ def build_models(src: Path, cache: Path) -> dict[str, str]:
     if not VLLM_CPU_PYTHON.exists():
         raise SystemExit(
             f"{VLLM_CPU_PYTHON} is missing: the model conversion needs torch and transformers"
-            " (python3 engine_bridge/vllm/env.py builds that environment; or set"
+            " (python3 engine_bridge/vllm/capture/env.py builds that environment; or set"
             " SPECTALLY_VLLM_CPU_PYTHON to an interpreter that has them)"
         )
     res = subprocess.run(

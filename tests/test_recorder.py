@@ -1,6 +1,6 @@
-"""The recorder's hooks (engine_bridge/vllm/recording.py) driven through interleavings of engine
-events without vLLM (tests/fake_scheduler.py stands in for the scheduler): the log reaches the
-file in step order whatever arrives between two steps, every block states what the engine
+"""The recorder's hooks (engine_bridge/vllm/recorder/recording.py) driven through interleavings of
+engine events without vLLM (tests/fake_scheduler.py stands in for the scheduler): the log reaches
+the file in step order whatever arrives between two steps, every block states what the engine
 delivered, and the log replays with full agreement (issue 12 item 1, issue 9 item 2)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from fake_scheduler import FakeEngine, RecordingAsyncFake, RecordingFake
 from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.steplog.writer import StepOrderBuffer, append_record
-from spectally.engine_bridge.vllm import recording
+from spectally.engine_bridge.vllm.recorder import recording
 
 K = 3
 

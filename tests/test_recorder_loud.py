@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from fake_scheduler import FakeEngine, FakeScheduler, RecordingFake
-from spectally.engine_bridge.vllm import recording
-from spectally.engine_bridge.vllm.recording import RecorderFailure, RecorderMixin
+from spectally.engine_bridge.vllm.recorder import recording
+from spectally.engine_bridge.vllm.recorder.recording import RecorderFailure, RecorderMixin
 
 
 class _Renamed(FakeScheduler):

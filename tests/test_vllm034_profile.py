@@ -120,7 +120,7 @@ def test_the_av_hook_anchors_exist_in_0_34s_v2_runner() -> None:
     0.34.0's V2 runner (read from its source; no GPU here)."""
     import ast
 
-    from spectally.engine_bridge.vllm import counting_source as cs
+    from spectally.engine_bridge.vllm.capture import counting_source as cs
 
     src = cs.release_sources().get("0.34.0")
     if src is None:

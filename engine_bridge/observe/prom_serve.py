@@ -46,8 +46,14 @@ from typing import Any
 
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 
-from ..vllm.capture import JSON_SCHEMA, PROMPTS, RECORDER
-from ..vllm.serve_capture import _free_port, _get, _post, _spec_families, _totals_from_scrape
+from ..vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
+from ..vllm.capture.serve_capture import (
+    _free_port,
+    _get,
+    _post,
+    _spec_families,
+    _totals_from_scrape,
+)
 from . import rules
 from .promtest import counter_values
 from .schemes import SCHEMES
@@ -108,7 +114,7 @@ def _config(out: Path, target: int) -> Path:
 
 
 def run(out: Path, prometheus: str) -> dict[str, Any]:
-    from spectally.engine_bridge.vllm import tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
 
     out.mkdir(parents=True, exist_ok=True)
     models = tiny_models.build()

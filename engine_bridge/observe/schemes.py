@@ -7,8 +7,8 @@ A scheme maps the specification's quantities to one exporter's Prometheus names 
   counter; spec steps are ``num_drafts``; only accepted is exported per position.
 - ``rfc``: the names REP-1 gives a vLLM that counts by the RFC (drafted and accepted keep
   their names and take the corrected values; ``num_drafts`` stays as an alias of spec steps).
-- ``backport``: the RFC counters as ``spectally.engine_bridge.vllm.backport`` publishes them
-  next to a legacy vLLM's own.
+- ``backport``: the RFC counters as ``spectally.engine_bridge.vllm.recorder.backport`` publishes
+  them next to a legacy vLLM's own.
 """
 
 from __future__ import annotations

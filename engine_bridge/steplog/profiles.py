@@ -20,7 +20,7 @@ Another engine (llama.cpp, SGLang) declares its own with ``engine="llama.cpp"`` 
 ``RELEASES`` lines; every field's answers are listed in `reference/profile.py`.
 
 The evidence that a release counts as its profile is the counting-source pin
-(``release_pin.json``, written by ``python -m spectally.engine_bridge.vllm.counting_source``).
+(``release_pin.json``, which ``engine_bridge/vllm/capture/counting_source.py`` writes).
 
 A version the table does not know is refused (exit 2): replaying it under a profile is a claim
 that it counts like that profile, which the replay cannot check. The user who has checked it (a
@@ -104,7 +104,7 @@ def no_profile_reason(header: Header) -> str:
     return (
         f"no counting profile for {header.engine} {header.engine_version}: the replay has"
         f" {known_profiles()}. If this version counts as one of them (compare its source:"
-        " python -m spectally.engine_bridge.vllm.counting_source WHEEL), replay with"
+        " python -m spectally.engine_bridge.vllm.capture.counting_source WHEEL), replay with"
         f" {FORCE_FLAG} {names}"
     )
 

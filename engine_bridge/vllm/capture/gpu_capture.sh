@@ -7,7 +7,7 @@
 # source), and GPUModelRunner.prepare_inputs / InputBatch.cu_num_logits, which the hook wraps,
 # exist in all three (0.34: AV's reallocate_drafts still runs inside prepare_inputs).
 #
-#   engine_bridge/vllm/gpu_capture.sh [OUT_DIR] [--quick]
+#   engine_bridge/vllm/capture/gpu_capture.sh [OUT_DIR] [--quick]
 #
 # Needs: an NVIDIA GPU with >= 8 GiB free, a CUDA 12.x driver, Python 3.11-3.13, network access
 # to PyPI (or VLLM_WHEELHOUSE), ~10 GB of disk for the venv (vllm 0.34.0 pulls torch 2.14.0).
@@ -21,7 +21,7 @@
 # and the console output; `spectally replay OUT_DIR/*.ndjson.gz` should agree on every log.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 OUT="${1:-$REPO/out/vllm-gpu}"
 shift || true
 VERSION="${SPECTALLY_VLLM_GPU_VERSION:-0.34.0}"
@@ -45,12 +45,12 @@ python3 "$REPO/engine_bridge/vllm/env.py" --install-repo "$PY"
 import torch, vllm
 print("vllm", vllm.__version__, "torch", torch.__version__, "cuda", torch.version.cuda,
       torch.cuda.get_device_name(0))
-import spectally.engine_bridge.vllm.recorder  # noqa: F401  (imports vLLM)
+import spectally.engine_bridge.vllm.recorder.recorder  # noqa: F401  (imports vLLM)
 PY
 
 mkdir -p "$OUT"
 cd /tmp  # never import the repository folders as top-level modules
 # One engine per configuration (fresh process: Prometheus counters are process-global).
 # Every run: V2 model runner, CUDA graphs, worker_extension_cls=gpu_worker.VerifiedCountHook.
-"$PY" -m spectally.engine_bridge.vllm.capture --gpu --out "$OUT" --timeout 420 "$@"
+"$PY" -m spectally.engine_bridge.vllm.capture.capture --gpu --out "$OUT" --timeout 420 "$@"
 ls -la "$OUT"

@@ -16,7 +16,8 @@ concurrent waves, scrapes ``/metrics`` after each wave, stops the server, and wr
 
 ::
 
-    python -m spectally.engine_bridge.vllm.serve_capture --out DIR [--only SUBSTR] [--manifest]
+    python -m spectally.engine_bridge.vllm.capture.serve_capture --out DIR \\
+        [--only SUBSTR] [--manifest]
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.vllm.capture import (
+from spectally.engine_bridge.vllm.capture.capture import (
     JSON_SCHEMA,
     PROMPTS,
     RECORDER,
@@ -125,7 +126,8 @@ def _totals_from_scrape(text: str, k: int) -> dict[str, Any]:
 
 
 def serve_one(cfg: ServeConfig, out: Path, python: str = sys.executable) -> dict[str, Any]:
-    from spectally.engine_bridge.vllm import recorder, tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
+    from spectally.engine_bridge.vllm.recorder import recorder
 
     models = tiny_models.build()
     target = str(models["target"])
@@ -289,7 +291,7 @@ def add_to_manifest(out: Path, s: dict[str, Any], cfg: ServeConfig) -> None:
     entry: dict[str, Any] = {
         "file": s["file"],
         "runner": "online serving: OpenAI API server, engine core in its own process",
-        "command": "python -m spectally.engine_bridge.vllm.serve_capture --out "
+        "command": "python -m spectally.engine_bridge.vllm.capture.serve_capture --out "
         f"tests/fixtures/vllm --only {cfg.name}",
         "config": {"method": cfg.method, "k": cfg.k, "drafter": cfg.drafter, "so": cfg.so},
         "header": s["header"],

@@ -10,10 +10,10 @@ checked equal to sync runs of the same requests (docs/vllm-runs.md).
 
 Use it in the process that builds the config (the offline ``LLM`` driver, or the API server)::
 
-    from spectally.engine_bridge.vllm.cpu_async import keep_async_scheduling
+    from spectally.engine_bridge.vllm.recorder.cpu_async import keep_async_scheduling
     keep_async_scheduling()
     LLM(..., async_scheduling=True,
-        scheduler_cls="spectally.engine_bridge.vllm.recorder.RecordingAsyncScheduler")
+        scheduler_cls="spectally.engine_bridge.vllm.recorder.recorder.RecordingAsyncScheduler")
 
 or for ``vllm serve``: ``SPECTALLY_CPU_ASYNC=1`` with this package installed (a
 ``vllm.general_plugins`` entry point, `register`, applies the wrap in every vLLM process; it does

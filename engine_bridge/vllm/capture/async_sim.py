@@ -21,7 +21,7 @@ The ``totals`` record sums ``scheduler_stats.spec_decoding_stats`` of the ``Engi
 the scheduler returned (``source: "scheduler_stats"``), an export path independent of the
 recorder's ``make_spec_decoding_stats`` hook::
 
-    python -m spectally.engine_bridge.vllm.async_sim --out DIR
+    python -m spectally.engine_bridge.vllm.capture.async_sim --out DIR
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def simulate(
 ) -> dict[str, Any]:
     """One simulated run; ``drop_preempt`` adds the reset_prefix_cache preemption (drop mode),
     ``so`` makes requests 0 and 2 structured (regex, xgrammar, deferred path)."""
-    from spectally.engine_bridge.vllm import recorder, tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
+    from spectally.engine_bridge.vllm.recorder import recorder
 
     models = tiny_models.build()
     name = (
@@ -252,7 +253,7 @@ def simulate(
     with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
         dst.write(src.read())
     raw.unlink()
-    from spectally.engine_bridge.vllm.capture import _backport_totals, check_log, summarize
+    from spectally.engine_bridge.vllm.capture.capture import _backport_totals, check_log, summarize
 
     summary = summarize(records)
     summary.update(check_log(gz))
@@ -263,14 +264,15 @@ def simulate(
 
 def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
     """Agreeing runs join ``runs``; a diverging one goes to ``known_divergences`` with why."""
-    from spectally.engine_bridge.vllm.capture import manifest_numbers
+    from spectally.engine_bridge.vllm.capture.capture import manifest_numbers
 
     path = out / "MANIFEST.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
     entry = {
         "file": s["file"],
         "runner": "simulated: real RecordingAsyncScheduler, fake model runner (async_sim.py)",
-        "command": "python -m spectally.engine_bridge.vllm.async_sim --out tests/fixtures/vllm "
+        "command": "python -m spectally.engine_bridge.vllm.capture.async_sim"
+        " --out tests/fixtures/vllm "
         + " ".join(a for a in argv if a not in ("--out", str(out)) and not a.startswith("/")),
         **manifest_numbers(s),
     }

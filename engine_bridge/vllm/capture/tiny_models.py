@@ -14,7 +14,8 @@ drafters are derived from it:
 
 Build (seconds; idempotent)::
 
-    python -m spectally.engine_bridge.vllm.tiny_models --cache ~/.cache/spectally/tiny-models
+    python -m spectally.engine_bridge.vllm.capture.tiny_models \\
+        --cache ~/.cache/spectally/tiny-models
 """
 
 from __future__ import annotations

