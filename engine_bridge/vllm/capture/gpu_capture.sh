@@ -40,7 +40,7 @@ if ! "$PY" -c "import vllm, torch; assert vllm.__version__ == '$VERSION'; assert
     fi
 fi
 # spectally.* importable in that interpreter (editable install, or a .pth finder).
-python3 "$REPO/engine_bridge/vllm/env.py" --install-repo "$PY"
+python3 "$REPO/engine_bridge/vllm/capture/env.py" --install-repo "$PY"
 "$PY" - <<'PY'
 import torch, vllm
 print("vllm", vllm.__version__, "torch", torch.__version__, "cuda", torch.version.cuda,
