@@ -4,7 +4,7 @@
 
 Prints one line per property (best of N runs) and the total; exits 1 when the suite takes 60 s
 or more (the budget for `spectally prove` on a 2-core CI machine). ``--crosshair`` also times
-the default-tier CrossHair checks of tests/test_crosshair.py (budget: about 2 minutes).
+the default-tier CrossHair checks of tests/proofs/test_crosshair.py (budget: about 2 minutes).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The Z3 proofs evaluate the reference over symbolic terms; CrossHair is a second,
 check: it executes the *integer* code paths (``StepQuery``, ``INT_ARITH``, ``token_fates``,
 ``Counters``) symbolically and searches for inputs that break the ``post:`` conditions. Each
 wrapper takes plain ints/bools (what CrossHair explores best) and calls the reference; no rule
-is restated. ``crosshair check spectally.proofs.contracts`` is run by tests/test_crosshair.py.
+is restated. ``crosshair check spectally.proofs.contracts`` is run by
+tests/proofs/test_crosshair.py.
 
 The ``rfc_*``/``legacy_*`` pairs share a signature so ``crosshair diffbehavior`` can report
 inputs on which the two profiles differ (docs/proofs.md).

@@ -29,8 +29,8 @@ functions are evaluated here over Z3 terms, for a symbolic open block, count and
 
 What is not proved here: the interleaving of several blocks' events. The rules of one block
 read nothing of any other block, and folds commute (``merge:monoid``), so the order in which
-blocks close does not change totals; tests/test_machine_stateful.py drives interleaved stories
-through the real ``Engine`` in both modes (0 mismatches is an assertion there).
+blocks close does not change totals; tests/reference/test_machine_stateful.py drives interleaved
+stories through the real ``Engine`` in both modes (0 mismatches is an assertion there).
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ from .z3arith import Cond, Num
 # that (docs/proofs.md, "Solver budget").
 DEFAULT_RLIMIT = 200_000_000
 # Wall-clock limit per check: a safety net only, so that a Z3 stage that does not count
-# resources cannot hang a run (like CAP_S in tests/test_crosshair.py). Z3 does roughly a million
-# units a second here, so the budget, not the clock, decides even on a heavily loaded machine.
+# resources cannot hang a run (like CAP_S in tests/proofs/test_crosshair.py). Z3 does roughly a
+# million units a second here, so the budget, not the clock, decides even on a heavily loaded
+# machine.
 SAFETY_TIMEOUT_MS = 3_600_000
 
 

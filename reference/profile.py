@@ -158,7 +158,7 @@ PROFILES: dict[str, CountingProfile] = {p.name: p for p in (VLLM_LEGACY, VLLM_03
 
 # (engine, release prefix, profile). A release counts like its profile: the counting source of
 # each vLLM release is compared and pinned (engine_bridge/steplog/release_pin.json,
-# tests/test_counting_source.py). The prefix matches the release's leading numbers: "0.33"
+# tests/vllm/test_counting_source.py). The prefix matches the release's leading numbers: "0.33"
 # matches 0.33.0, 0.33.1rc2, 0.33.0+cpu.
 RELEASES: tuple[tuple[str, str, str], ...] = (
     ("vllm", "0.32", "vllm-legacy"),

@@ -373,7 +373,7 @@ def token_fates(
 ) -> list[str]:
     """The fate of each proposed draft, position by position (integers only).
 
-    Contracts (checked by CrossHair, tests/test_crosshair.py):
+    Contracts (checked by CrossHair, tests/proofs/test_crosshair.py):
     pre: admissible(mode, x, INT_ARITH, None, profile)
     post: len(__return__) == x.proposed
     post: all(__return__.count(n) == v for n, v in fate_counts(mode, x, profile).items())
@@ -454,7 +454,7 @@ class StepQuery:
         Mistyped fields (e.g. a bool or float count) are reported instead of the admissibility
         conditions, which are only meaningful over ints.
 
-        Contracts (checked by CrossHair, tests/test_crosshair.py):
+        Contracts (checked by CrossHair, tests/proofs/test_crosshair.py):
         post: all(isinstance(reason, str) for reason in __return__)
         post: __return__ or 0 <= self.accepted <= self.proposed
         """

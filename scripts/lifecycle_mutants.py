@@ -1,8 +1,8 @@
 """Deliberate bugs in the lifecycle pass's shortcuts (engine_bridge/replay/columnar/colseq.py):
-plain ends (`RequestTable._plain_ends`), each of which must fail tests/test_colseq.py, whose
-differential test runs the pass with the shortcut and without it; and the walk of a
+plain ends (`RequestTable._plain_ends`), each of which must fail tests/columnar/test_colseq.py,
+whose differential test runs the pass with the shortcut and without it; and the walk of a
 request's applied blocks stopped once its state is settled (`RequestTable.lifecycle`),
-caught there or by tests/test_columnar_lifecycle.py (columnar against reference replays).
+caught there or by tests/columnar/test_columnar_lifecycle.py (columnar against reference replays).
 
     .venv/bin/python scripts/lifecycle_mutants.py   # a few seconds to a minute a mutant
 
@@ -21,7 +21,7 @@ from scanner_mutants import run_all  # the same runner: rewrite, run the tests, 
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE = REPO / "engine_bridge" / "replay" / "columnar" / "colseq.py"
-TESTS = "tests/test_colseq.py tests/test_columnar_lifecycle.py"
+TESTS = "tests/columnar/test_colseq.py tests/columnar/test_columnar_lifecycle.py"
 
 # (name, text in colseq.py, replacement)
 MUTANTS = [

@@ -1,8 +1,8 @@
 """Deliberate bugs in giving a chunk's last step back to the reader
 (engine_bridge/replay/columnar/colread.py, `ByteChunks`;
 engine_bridge/replay/columnar/columnar.py, `Columnar.run`): each must fail its tests
-(tests/test_colread.py for the reader; tests/test_columnar_chunks.py and
-tests/test_columnar_cut.py for the checker's use of it).
+(tests/columnar/test_colread.py for the reader; tests/columnar/test_columnar_chunks.py and
+tests/columnar/test_columnar_cut.py for the checker's use of it).
 
     .venv/bin/python scripts/reader_mutants.py   # about a minute
 
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 READER = REPO / "engine_bridge" / "replay" / "columnar" / "colread.py"
 CHECKER = REPO / "engine_bridge" / "replay" / "columnar" / "columnar.py"
 TESTS = {
-    READER: "tests/test_colread.py",
-    CHECKER: "tests/test_columnar_chunks.py tests/test_columnar_cut.py",
+    READER: "tests/columnar/test_colread.py",
+    CHECKER: "tests/columnar/test_columnar_chunks.py tests/columnar/test_columnar_cut.py",
 }
 
 # (module, name, text in the module, replacement)

@@ -8,7 +8,8 @@ downloads; here it gets the project's tiny local target model instead (``--model
 ``$SPECTALLY_TINY_MODELS/target``, ``~/.cache/spectally/tiny-models/target``, written by
 engine_bridge/vllm/capture/tiny_models.py). vLLM 0.34's CPU platform refuses x86 without triton-cpu
 at config validation; the scheduler under test runs no kernel, so Triton is reported present for
-that check only. Nothing in vLLM's tree is edited. Used by tests/test_vllm_patch.py (-m engine).
+that check only. Nothing in vLLM's tree is edited. Used by tests/vllm/test_vllm_patch.py (-m
+engine).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Deliberate bugs in the compiled kernels: each must fail its tests. The scanner
-(engine_bridge/replay/columnar/colscan.py) against tests/test_colscan.py, the shape keys
-(engine_bridge/replay/columnar/colkeys.py) against tests/test_colblocks_shapes.py.
+(engine_bridge/replay/columnar/colscan.py) against tests/columnar/test_colscan.py, the shape keys
+(engine_bridge/replay/columnar/colkeys.py) against tests/columnar/test_colblocks_shapes.py.
 
     .venv/bin/python scripts/scanner_mutants.py          # about 1 minute a mutant (recompiles)
     .venv/bin/python scripts/scanner_mutants.py control  # only mutants whose name has "control"
@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCANNER = REPO / "engine_bridge" / "replay" / "columnar" / "colscan.py"
 KEYS = REPO / "engine_bridge" / "replay" / "columnar" / "colkeys.py"
-TESTS = {SCANNER: "tests/test_colscan.py", KEYS: "tests/test_colblocks_shapes.py"}
+TESTS = {SCANNER: "tests/columnar/test_colscan.py", KEYS: "tests/columnar/test_colblocks_shapes.py"}
 
 # (name, text in colscan.py, replacement)
 MUTANTS = [

@@ -9,7 +9,7 @@ source (scheduler.py ``update_from_output`` / ``make_spec_decoding_stats`` /
 tokens; ``accepted = len(sampled) - 1``; tokens are appended one by one until ``max_tokens``;
 an output in flight at a preemption is stale, dropped only with ``drop_stale_output``, else
 delivered and counted; a request finished or aborted while its block was in flight is skipped.
-The live engine tier (tests/test_engine_tier.py) checks the real thing.
+The live engine tier (tests/vllm/test_engine_tier.py) checks the real thing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Shared helpers of the reference machine's tests (tests/test_machine_*.py): an engine with
-one request, the deep snapshot that proves an illegal event changed nothing, and the check that
+"""Shared helpers of the reference machine's tests (tests/reference/test_machine_*.py): an engine
+with one request, the deep snapshot that proves an illegal event changed nothing, and the check that
 an `IllegalEvent` names the request, step, state and event (E7)."""
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ as a sync ``request_step`` with nothing cut between proposal and forward pass (`
 ``grammar_valid`` null, ``scheduled`` = ``verified`` = ``proposed``, ``applied``); under the
 ``llama.cpp`` profile the replay's engine-side rule (`reference.step.legacy_step`) then gives
 exactly llama.cpp's increments (``stats.n_draft_verif_steps += 1``, ``n_draft_tokens +=
-draft.size()``, ``n_draft_accepted += n_accepted``). `tests/test_llamacpp_profile.py` pins that
-with the log-level vectors of ``spec/vectors-llamacpp.json``; the step-level vectors of
+draft.size()``, ``n_draft_accepted += n_accepted``). `tests/llamacpp/test_llamacpp_profile.py` pins
+that with the log-level vectors of ``spec/vectors-llamacpp.json``; the step-level vectors of
 ``spec/vectors.json`` with ``"profile": "llama.cpp"`` pin the declaration itself.
 """
 

@@ -23,8 +23,9 @@ rate 0.0, mean length 1.0) and AIPerf turns it into a record, so the vllm-legacy
 the same. Under rfc, M1 is undefined there (never 0, SPEC section 6) and AIPerf's
 ``draft_acceptance_rate`` must be a finite float, so the request gets no record and is counted
 in `Export.skipped` (no spec step is the same as nothing drafted: drafted_0 = spec_steps).
-The vllm-legacy export equals vLLM's own payload field for field (tests/test_observe_aiperf.py
-checks it against the payloads a real `vllm serve` run returned).
+The vllm-legacy export equals vLLM's own payload field for field
+(tests/observe/test_observe_aiperf.py checks it against the payloads a real `vllm serve` run
+returned).
 
 Where AIPerf's "Accepted per Verified" differs from the RFC's verified: AIPerf computes
 ``(accepted + steps) / (drafted + steps)``, calling ``drafted + steps`` "verified tokens (proposed

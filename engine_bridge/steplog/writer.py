@@ -1,6 +1,7 @@
 """Step-log output for the recorder: whole-line writer, blocks, and the step-order buffer.
 
-No vLLM import here, so the ordering rules can be tested on any machine (tests/test_recorder.py).
+No vLLM import here, so the ordering rules can be tested on any machine
+(tests/vllm/test_recorder.py).
 
 Why a buffer: records are *stamped* with the engine step they belong to, but they are *observed*
 in engine order, which is not step order. Sync: once step s's output is processed the recorder

@@ -13,7 +13,7 @@ Each example asserts the exit-code and message contract, whatever the input:
 No timing assertion: time is bounded by the examples' count (the Hypothesis profile of
 tests/conftest.py: ``ci`` by default, ``thorough`` for the long tier). The long tier:
 
-    HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest -m '' tests/test_fuzz_cli.py
+    HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest -m '' tests/cli/test_fuzz_cli.py
 
 runs these with 3,000 examples each plus the exhaustive byte-level cases (`fuzz` marker).
 """
@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from spectally.cli import main
 from spectally.exit_codes import ExitCode
 
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"
 LOGS = ["ngram-k3-t0.8.ndjson.gz", "draft-same-k3-greedy.ndjson.gz", "serve-ngram-k3.ndjson.gz"]
 SERVED = FIXTURES / "serve-ngram-k3"
 PEAK_LIMIT = 64 << 20  # bytes; a fixture replays in a few MB

@@ -28,7 +28,7 @@ from spectally.engine_bridge.fleet import ray as fleet_ray
 from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.exit_codes import ExitCode
 
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"
 LOG = FIXTURES / "ngram-k3-greedy.ndjson.gz"
 SERVED = FIXTURES / "serve-ngram-k3"
 
@@ -507,7 +507,7 @@ def test_replay_key_and_colon_on_two_lines(tmp_path: Path) -> None:
 
 # -- streams that read once: spooled, never opened twice --------------------------------------
 
-DIVERGING = Path(__file__).parent / "traces" / "diverge" / "aborted_in_flight_counted.ndjson"
+DIVERGING = Path(__file__).parents[1] / "traces" / "diverge" / "aborted_in_flight_counted.ndjson"
 
 
 def replay_process(path: str, pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[str]:
@@ -611,7 +611,7 @@ def closed_port() -> int:
 @pytest.mark.parametrize("scheme", ["", "ray://"])
 def test_ray_refused_address_is_bad_input(scheme: str) -> None:
     """Nothing listens there: exit 2 at once, before Ray is even imported (so no Ray install is
-    needed here; tests/test_fleet_ray.py checks the same with Ray)."""
+    needed here; tests/fleet/test_fleet_ray.py checks the same with Ray)."""
     address = f"{scheme}127.0.0.1:{closed_port()}"
     result = run("replay", str(LOG), f"--ray={address}")
     assert result.exit_code == ExitCode.BAD_INPUT, result.output

@@ -31,7 +31,7 @@ from spectally.engine_bridge.steplog import source
 SCAN_MIN_BYTES, JIT_MIN_LOG_BYTES = colscan.MIN_BYTES, colread.JIT_MIN_LOG_BYTES
 REFERENCE_MAX_BYTES = dispatch.REFERENCE_MAX_BYTES
 HEAVY = ("numba", "numpy", "msgspec", "jsonschema")
-LOG = Path(__file__).parent / "fixtures" / "vllm" / "ngram-k3-greedy.ndjson.gz"
+LOG = Path(__file__).parents[1] / "fixtures" / "vllm" / "ngram-k3-greedy.ndjson.gz"
 PROBE = """
 import json, sys
 from spectally.cli import main

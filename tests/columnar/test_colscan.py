@@ -511,7 +511,7 @@ def _canonical(line: bytes) -> bool:
 
 # -- whole logs: the recorder's lines, and the columnar checker with the scanner on and off -----
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 LOGS = sorted(
     [
         *(ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson*"),

@@ -29,7 +29,7 @@ from spectally.engine_bridge.replay.dispatch import render_summary, replay_file,
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepQuery, legacy_step, pipeline, rfc_step
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 LOGS = sorted(
     [
         *(ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson*"),

@@ -17,7 +17,7 @@ from spectally.engine_bridge.parity import compare_runs, read_run, render
 from spectally.exit_codes import ExitCode
 from spectally.reference.step import Mode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "vllm"
 EXAMPLES = ROOT / "engine_bridge" / "examples"
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from spectally.cli import main
 from spectally.engine_bridge.version_diff import diff
 
-VLLM = Path(__file__).parent / "fixtures" / "vllm"
+VLLM = Path(__file__).parents[1] / "fixtures" / "vllm"
 LOGS = [
     "draft-noise05-k3-so-json-xgrammar",
     "async-draft-noise05-k3-so-json-xgrammar",

@@ -33,7 +33,7 @@ from spectally.engine_bridge.fleet import (
 from spectally.engine_bridge.fleet.report import fleet_summary, merge_totals
 from spectally.reference.counters import Counters
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VLLM = ROOT / "tests" / "fixtures" / "vllm"
 TRACES = ROOT / "tests" / "traces"
 AGREE = [

@@ -25,7 +25,7 @@ from spectally.engine_bridge.fleet.ray import LOOPBACK_ENV, local_head
 
 pytestmark = pytest.mark.ray
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VLLM = ROOT / "tests" / "fixtures" / "vllm"
 TRACES = ROOT / "tests" / "traces"
 RAY = Path(sys.executable).parent / "ray"

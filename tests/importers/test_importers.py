@@ -387,7 +387,7 @@ def test_requests_bad_json(tmp_path: Path) -> None:
 
 RECORDED_LOGS = [
     p
-    for p in sorted((Path(__file__).parent / "fixtures" / "vllm").glob("*.log"))
+    for p in sorted((Path(__file__).parents[1] / "fixtures" / "vllm").glob("*.log"))
     if logs.MARKER in p.read_text(errors="replace")
 ]
 
@@ -402,7 +402,7 @@ def test_recorded_vllm_log_lines_are_consistent(path: Path) -> None:
 # stdout, its /metrics scrapes and the per-request metrics of every response.
 SERVED_RUNS = sorted(
     p.name.removesuffix(".prom")
-    for p in (Path(__file__).parent / "fixtures" / "vllm").glob("serve-*.prom")
+    for p in (Path(__file__).parents[1] / "fixtures" / "vllm").glob("serve-*.prom")
 )
 
 
@@ -412,7 +412,7 @@ def test_served_runs_are_committed() -> None:
 
 @pytest.mark.parametrize("run", SERVED_RUNS)
 def test_recorded_vllm_artifacts_are_consistent(run: str) -> None:
-    base = Path(__file__).parent / "fixtures" / "vllm" / run
+    base = Path(__file__).parents[1] / "fixtures" / "vllm" / run
     runner = CliRunner()
     for args in (
         ["prometheus", f"{base}.prom"],

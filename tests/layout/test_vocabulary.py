@@ -17,7 +17,7 @@ from spectally.reference.errors import SpectallyError
 from spectally.reference.machine import Outcome
 from spectally.spec import vectors
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUTCOMES = tuple(o.value for o in Outcome)
 
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from spectally.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VLLM = ROOT / "tests" / "fixtures" / "vllm" / "sync-draft-noise05-k3-so-json-xgrammar.ndjson.gz"
 LLAMA = ROOT / "tests" / "fixtures" / "llamacpp" / "vllm-workload.steps.ndjson.gz"
 LLAMA_SAME = ROOT / "tests" / "fixtures" / "llamacpp" / "same.steps.ndjson.gz"

@@ -22,7 +22,7 @@ from spectally.engine_bridge.llamacpp import promtext
 from spectally.engine_bridge.llamacpp.importer import Imported, import_log
 from spectally.engine_bridge.replay.dispatch import replay_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "llamacpp"
 SCENARIOS = sorted(p.name.removesuffix(".server.log") for p in FIXTURES.glob("*.server.log"))
 

@@ -21,7 +21,7 @@ from spectally.engine_bridge.llamacpp.profile import DECLARATIONS, LLAMACPP, lla
 from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.steplog.translate import profile_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VECTORS = json.loads((ROOT / "spec" / "vectors-llamacpp.json").read_text())
 
 

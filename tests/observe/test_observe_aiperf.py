@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from spectally.cli import main
 from spectally.engine_bridge.observe import aiperf
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).parents[1] / "fixtures"
 SERVE = sorted(str(p) for p in (FIX / "vllm").glob("serve-*.ndjson.gz"))
 # aiperf 0.13.0's SpecDecodeAcceptanceRecord.model_json_schema() (its $comment says so).
 SCHEMA = json.loads((FIX / "observe" / "aiperf-0.13.0-spec-decode-record.schema.json").read_text())

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from spectally.cli import main
 from spectally.engine_bridge.observe import html as report
 
-ROOT = Path(__file__).parent
+ROOT = Path(__file__).parents[1]
 SERVE = sorted(str(p) for p in (ROOT / "fixtures" / "vllm").glob("serve-*.ndjson.gz"))
 DIVERGING = str(ROOT / "traces" / "diverge" / "stale_without_preempt.ndjson")
 

@@ -13,7 +13,7 @@ from spectally.cli import main
 from spectally.engine_bridge.observe import dashboard, lint, rules
 from spectally.engine_bridge.steplog.records import BadInput
 
-FIX = Path(__file__).parent / "fixtures" / "observe"
+FIX = Path(__file__).parents[1] / "fixtures" / "observe"
 
 # Each panel of dashboard-mistakes.json and the one check it must trip.
 EXPECTED = {

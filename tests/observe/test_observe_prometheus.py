@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from spectally.engine_bridge.vllm.capture.env import venv_python
 
-TYPECHECK = Path(__file__).resolve().parent.parent / "typecheck"
+TYPECHECK = Path(__file__).resolve().parents[2] / "typecheck"
 
 
 @pytest.mark.prometheus

@@ -18,7 +18,7 @@ from spectally.engine_bridge.observe import promtest, rules
 from spectally.engine_bridge.observe.schemes import SCHEMES
 from spectally.engine_bridge.observe.timeline import replay_timeline
 
-FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"
 SERVE_LOGS = sorted(glob.glob(str(FIXTURES / "serve-*.ndjson.gz")))
 
 

@@ -15,7 +15,7 @@ Bounded: the examples' count comes from the Hypothesis profile of tests/conftest
 derandomized, no deadline) with a floor of `EXAMPLES`; each example replays one small log
 twice in process (milliseconds). The long tier:
 
-    HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest tests/test_differential_paths.py
+    HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest tests/replay/test_differential_paths.py
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from spectally.engine_bridge.replay.columnar import colread, columnar
 from spectally.engine_bridge.replay.dispatch import replay_file
 from test_fuzz_cli import ENCODINGS, HOSTILE_JSON
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 LOGS = sorted(
     [
         *(ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson.gz"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.replay.report import ReportedSums, RequestView, StepBlocks
 
-BASIC = Path(__file__).parent / "traces" / "agree" / "sync_basic.ndjson"
+BASIC = Path(__file__).parents[1] / "traces" / "agree" / "sync_basic.ndjson"
 
 
 def replay_lines(tmp_path: Path, lines: list[str], keep_going: int = 1) -> dict[str, object]:

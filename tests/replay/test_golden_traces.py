@@ -2,7 +2,7 @@
 every trace in tests/traces/diverge fails with the report pinned in ``<name>.expected``.
 
 Regenerate the pinned reports (then review the diff!) with ``SPECTALLY_REGEN_GOLDEN=1 pytest
-tests/test_golden_traces.py``.
+tests/replay/test_golden_traces.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.replay.dispatch import replay_file
 
-TRACES = Path(__file__).parent / "traces"
+TRACES = Path(__file__).parents[1] / "traces"
 AGREE = sorted((TRACES / "agree").glob("*.ndjson"))
 DIVERGE = sorted((TRACES / "diverge").glob("*.ndjson"))
 REGEN = os.environ.get("SPECTALLY_REGEN_GOLDEN") == "1"

@@ -15,7 +15,7 @@ from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.replay.dispatch import Replayer, render_summary, replay_file
 from spectally.engine_bridge.steplog.records import parse_line
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "engine_bridge" / "examples" / "step-log-async-eagle-xgrammar.ndjson"
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "vllm").glob("*.ndjson*"))
 TRACES = ROOT / "tests" / "traces"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from spectally.spec import render
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = (ROOT / "spec" / "SPEC.md").read_text(encoding="utf-8")
 
 

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from spectally.engine_bridge.steplog.records import load_schema, schema_validator, validate
 from spectally.engine_bridge.synth import generate
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 TRACES = sorted((ROOT / "tests" / "traces").glob("*/*.ndjson"))
 
 

@@ -27,7 +27,7 @@ from spectally.engine_bridge.replay.reference_replay import Replayer
 from spectally.engine_bridge.steplog import profiles
 from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, profile_for
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 VLLM = ROOT / "tests" / "fixtures" / "vllm"
 SYNC = VLLM / "draft-noise05-k3-greedy-preempt.ndjson.gz"
 ASYNC = VLLM / "async-draft-noise05-k3-so-json-xgrammar.ndjson.gz"
@@ -297,7 +297,7 @@ def test_every_profile_of_the_table_is_one_the_header_can_select() -> None:
     for name, (engine, _) in profiles.PROFILES.items():
         compared = profiles.compared_releases(name)
         # The pin hashes vLLM's counting source; llama.cpp's evidence is its real captures
-        # replayed AGREE with /metrics (tests/test_llamacpp_fixtures.py).
+        # replayed AGREE with /metrics (tests/llamacpp/test_llamacpp_fixtures.py).
         assert compared or engine != "vllm", name
         assert all(profile_for(engine, v) == name for v in compared)
 

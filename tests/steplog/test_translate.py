@@ -157,7 +157,7 @@ def test_lifecycle_events() -> None:
         ("0.32.0", "vllm-legacy"),
         ("0.32.1+cpu", "vllm-legacy"),
         ("0.11.2", "vllm-legacy"),
-        ("0.33.0", "vllm-legacy"),  # counting source identical (tests/test_counting_source.py)
+        ("0.33.0", "vllm-legacy"),  # counting source identical (tests/vllm/test_counting_source.py)
         ("0.34.0", "vllm-0.34"),
         ("0.35.0", None),
         ("1.0.0", None),

@@ -16,7 +16,7 @@ from spectally.engine_bridge.vllm.recorder.backport import BackportPublisher, rf
 from spectally.reference.counters import Counters
 from spectally.reference.step import Mode
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 LOGS = sorted(p.name for p in FIXTURES.glob("*.ndjson.gz"))
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from spectally.engine_bridge.replay.dispatch import replay_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "vllm"
 
 pytestmark = pytest.mark.engine

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from spectally.engine_bridge.replay.dispatch import replay_file
 
-VLLM = Path(__file__).parent / "fixtures" / "vllm"
+VLLM = Path(__file__).parents[1] / "fixtures" / "vllm"
 
 
 def _records(src: Path) -> list[dict[str, Any]]:

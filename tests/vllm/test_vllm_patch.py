@@ -33,7 +33,7 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, legacy_scheduled_invalid, pipeline
 from spectally.spec import vectors as vec_mod
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PATCH = REPO / "patches" / "vllm-0.34.0-spec-decode-counting.patch"
 SDIST = Path(
     os.environ.get(

@@ -422,7 +422,7 @@ def collector_paused() -> Iterator[None]:
     alone leaves about 110,000 of them; the checker's per-chunk lists and tuples trigger two
     or three full collections per million records, about 75 ms each (a fifth of the
     replay's CPU time on a log of many short requests). The checker makes no reference
-    cycles (tests/test_columnar.py collects after replays, irregular ones included, and
+    cycles (tests/columnar/test_columnar.py collects after replays, irregular ones included, and
     finds nothing), so nothing waits for the collector; memory is freed by reference counts
     as before. Objects are still collected after the block, and a collection requested
     inside it (``gc.collect``) still runs."""

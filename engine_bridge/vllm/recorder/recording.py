@@ -2,7 +2,7 @@
 
 ``recorder.py`` binds the mixin to vLLM's ``Scheduler`` / ``AsyncScheduler``; keeping the hooks
 free of vLLM imports lets tests drive them through any interleaving of engine events without an
-engine (tests/test_recorder.py). What is hooked and why: see ``recorder.py``.
+engine (tests/vllm/test_recorder.py). What is hooked and why: see ``recorder.py``.
 """
 
 from __future__ import annotations
