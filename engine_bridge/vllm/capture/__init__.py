@@ -8,7 +8,8 @@
 - ``serve_capture`` and ``soak``: the OpenAI-compatible server, recorded, once or under load;
 - ``sim_scheduler``, ``async_sim``, ``sim_so``: vLLM's real schedulers with a simulated model
   runner; ``engine033``: a real vLLM 0.33.0 engine on this CPU;
-- ``fixtures``: the committed step logs checked against their MANIFEST;
+- ``manifest``: what a captured log says (its checks, counts and consistency) and what
+  MANIFEST.json records of it; ``fixtures``: the committed step logs checked against it;
 - ``counting_source``: the source of each release's counting paths, extracted and hashed.
 
 ``__all__`` names the modules; importing the package imports none of them (several import
@@ -22,6 +23,7 @@ __all__ = [
     "engine033",
     "env",
     "fixtures",
+    "manifest",
     "scenarios",
     "serve_capture",
     "sim_scheduler",

@@ -253,18 +253,18 @@ def simulate(
     with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
         dst.write(src.read())
     raw.unlink()
-    from spectally.engine_bridge.vllm.capture.capture import _backport_totals, check_log, summarize
+    from spectally.engine_bridge.vllm.capture.manifest import backport_totals, check_log, summarize
 
     summary = summarize(records)
     summary.update(check_log(gz))
-    summary["backport"] = _backport_totals()
+    summary["backport"] = backport_totals()
     summary["file"] = gz.name
     return summary
 
 
 def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
     """Agreeing runs join ``runs``; a diverging one goes to ``known_divergences`` with why."""
-    from spectally.engine_bridge.vllm.capture.capture import manifest_numbers
+    from spectally.engine_bridge.vllm.capture.manifest import manifest_numbers
 
     path = out / "MANIFEST.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}

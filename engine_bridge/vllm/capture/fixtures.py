@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.vllm.capture.capture import summarize
+from spectally.engine_bridge.vllm.capture.manifest import summarize
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "vllm"
 COMPARED = ("proposed", "padding", "scheduled", "steps", "blocks", "outcomes", "events")

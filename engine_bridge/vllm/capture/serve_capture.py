@@ -39,13 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.vllm.capture.capture import (
-    JSON_SCHEMA,
-    PROMPTS,
-    RECORDER,
-    check_log,
-    summarize,
-)
+from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
+from spectally.engine_bridge.vllm.capture.manifest import check_log, summarize
 
 MARKER = "SpecDecoding metrics:"
 SPEC_PREFIXES = ("vllm:spec_decode_", "spectally:spec_decode_")

@@ -381,7 +381,7 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = K) -> Path:
 
 def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
     """Merge the run into ``OUT/MANIFEST.json`` (``runs``)."""
-    from spectally.engine_bridge.vllm.capture.capture import manifest_numbers
+    from spectally.engine_bridge.vllm.capture.manifest import manifest_numbers
 
     path = out / "MANIFEST.json"
     manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)
     gz = simulate(args.out, args.mode, args.seed)
-    from spectally.engine_bridge.vllm.capture.capture import check_log, summarize
+    from spectally.engine_bridge.vllm.capture.manifest import check_log, summarize
 
     with gzip.open(gz, "rt") as fh:
         summary = summarize([json.loads(line) for line in fh])
