@@ -14,7 +14,7 @@ import pytest
 from fake_scheduler import FakeEngine, RecordingAsyncFake, RecordingFake
 from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.steplog.writer import StepOrderBuffer, append_record
-from spectally.engine_bridge.vllm.recorder import recording
+from spectally.engine_bridge.vllm.recorder import state
 
 K = 3
 
@@ -23,10 +23,10 @@ def _engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int = 0
 ) -> FakeEngine:
     log = tmp_path / f"{mode}-{seed}.ndjson"
-    monkeypatch.setenv(recording.ENV_PATH, str(log))
-    monkeypatch.delenv(recording.ENV_BACKPORT, raising=False)
-    monkeypatch.setenv(recording.ENV_SO_BACKEND, "")
-    monkeypatch.setenv(recording.ENV_TOTALS, "0")  # _finish appends the fake's own totals
+    monkeypatch.setenv(state.ENV_PATH, str(log))
+    monkeypatch.delenv(state.ENV_BACKPORT, raising=False)
+    monkeypatch.setenv(state.ENV_SO_BACKEND, "")
+    monkeypatch.setenv(state.ENV_TOTALS, "0")  # _finish appends the fake's own totals
     cls = RecordingAsyncFake if mode == "async" else RecordingFake
     engine = FakeEngine(cls(K), random.Random(seed))
     engine.min_draft = 1  # the reproductions need a proposal for the request that finishes
@@ -117,7 +117,7 @@ def test_the_reproduction_fails_without_the_order_buffer(
 ) -> None:
     """The old flush rule (write whatever no in-flight step holds back) gives the log the issue
     reported: replay refuses it with `step went backwards`."""
-    monkeypatch.setattr(recording._RecorderState, "floor", lambda self: 1 << 62)
+    monkeypatch.setattr(state._RecorderState, "floor", lambda self: 1 << 62)
     engine = _engine(tmp_path, monkeypatch, "sync")
     engine.add("short", 4)
     engine.add("long", 200)

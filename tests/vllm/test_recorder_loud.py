@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 from fake_scheduler import FakeEngine, FakeScheduler, RecordingFake
-from spectally.engine_bridge.vllm.recorder import recording
-from spectally.engine_bridge.vllm.recorder.recording import RecorderFailure, RecorderMixin
+from spectally.engine_bridge.vllm.recorder import state
+from spectally.engine_bridge.vllm.recorder.recording import RecorderMixin
+from spectally.engine_bridge.vllm.recorder.state import RecorderFailure
 
 
 class _Renamed(FakeScheduler):
@@ -27,7 +28,7 @@ class _RecordingRenamed(RecorderMixin, _Renamed):
 def test_a_hook_that_cannot_attach_refuses_to_start(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(recording.ENV_PATH, str(tmp_path / "log.ndjson"))
+    monkeypatch.setenv(state.ENV_PATH, str(tmp_path / "log.ndjson"))
     with pytest.raises(RecorderFailure, match="missing update_draft_token_ids"):
         _RecordingRenamed(3)
     assert not (tmp_path / "log.ndjson").exists()  # no header-only log
@@ -37,9 +38,9 @@ def test_a_hook_that_breaks_while_logging_fails_loudly(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     log = tmp_path / "log.ndjson"
-    monkeypatch.setenv(recording.ENV_PATH, str(log))
-    monkeypatch.setenv(recording.ENV_TOTALS, "0")
-    monkeypatch.delenv(recording.ENV_BACKPORT, raising=False)
+    monkeypatch.setenv(state.ENV_PATH, str(log))
+    monkeypatch.setenv(state.ENV_TOTALS, "0")
+    monkeypatch.delenv(state.ENV_BACKPORT, raising=False)
     engine = FakeEngine(RecordingFake(3), random.Random(0))
     engine.add("r0", 8)
     engine.step()
@@ -55,7 +56,7 @@ def test_a_hook_that_breaks_while_logging_fails_loudly(
 def test_with_only_the_backport_an_error_never_stops_the_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(recording.ENV_PATH, raising=False)
+    monkeypatch.delenv(state.ENV_PATH, raising=False)
     sched = RecordingFake(3)
     sched._sx.active = True  # as with a live backport sink and no log
     assert not sched._sx.writes_log

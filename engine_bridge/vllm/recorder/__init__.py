@@ -3,6 +3,8 @@
 - ``recorder``: the recording schedulers (``RecordingScheduler``, ``RecordingAsyncScheduler``),
   named to vLLM by dotted path (``--scheduler-cls``); they write the step log;
 - ``recording``: the recording hooks behind them (``RecorderMixin``; no vLLM import);
+- ``state``: one scheduler's recording (the log file, the step-order buffer, the header,
+  ``RecorderFailure``) and the ``ENV_*`` variables that configure it;
 - ``gpu_worker``: the worker-side hook that counts the draft tokens the target verified;
 - ``backport``: the RFC counters (drafted >= verified >= accepted) published from vLLM 0.32;
 - ``cpu_async``: the vLLM general plugin (``register``, the ``vllm.general_plugins`` entry
@@ -14,4 +16,12 @@
 vLLM).
 """
 
-__all__ = ["backport", "cpu_async", "cpu_kernel_fix", "gpu_worker", "recorder", "recording"]
+__all__ = [
+    "backport",
+    "cpu_async",
+    "cpu_kernel_fix",
+    "gpu_worker",
+    "recorder",
+    "recording",
+    "state",
+]

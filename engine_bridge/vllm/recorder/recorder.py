@@ -69,15 +69,14 @@ from spectally.engine_bridge.steplog.writer import (
     subtract_totals,
     totals_from_metrics,
 )
-from spectally.engine_bridge.vllm.recorder.recording import (
+from spectally.engine_bridge.vllm.recorder.recording import WORKER_VERIFIED, RecorderMixin
+from spectally.engine_bridge.vllm.recorder.state import (
     ENV_BACKPORT,
     ENV_CONFIG,
     ENV_PATH,
     ENV_SO_BACKEND,
     ENV_TOTALS,
     SCHEMA_VERSION,
-    WORKER_VERIFIED,
-    RecorderMixin,
 )
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
