@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from hostile_values import ENCODINGS, HOSTILE_JSON, HOSTILE_NUMBERS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spectally.cli import main
@@ -40,48 +41,6 @@ LOGS = ["ngram-k3-t0.8.ndjson.gz", "draft-same-k3-greedy.ndjson.gz", "serve-ngra
 SERVED = FIXTURES / "serve-ngram-k3"
 PEAK_LIMIT = 64 << 20  # bytes; a fixture replays in a few MB
 LOCATED = re.compile(r"^(?P<path>.+?):(?P<line>\d+)(?::(?P<col>\d+))?: \S")
-
-# Values a field's value is replaced with (raw JSON text): every type, boundaries, huge ones.
-HOSTILE_JSON = [
-    '"text"',
-    "1.5",
-    "-1",
-    "null",
-    "true",
-    "[]",
-    "{}",
-    "0",
-    "1024",
-    "1025",
-    "1000000000",
-    str(2**63 - 1),
-    str(2**63),
-    "9" * 5000,
-    "1e999",
-    "NaN",
-    "-Infinity",
-    "[" * 200 + "]" * 200,
-    '"\\ud800"',
-    '"\u00e9\u4e2d"',
-]
-# Replacements for numbers inside non-JSON lines (Prometheus samples, vLLM log lines).
-HOSTILE_NUMBERS = [
-    "NaN",
-    "+Inf",
-    "-Inf",
-    "nan",
-    "inf",
-    "-1",
-    "1.5",
-    "0",
-    "1e400",
-    "9" * 30,
-    "9" * 5000,
-    "1000000000",
-    "",
-    "x",
-]
-ENCODINGS = ["utf-16", "utf-32", "latin-1", "cp1252"]
 
 
 def lines_of(path: Path) -> list[bytes]:

@@ -223,15 +223,15 @@ def test_aborts_between_the_forward_pass_and_its_output(
     between a step's forward pass and its output, as vLLM's EngineCoreProc does (SPEC E3, E6):
     the columnar path vouches for them with the reference's result, and each lifecycle change
     of such a log gets the reference's verdict either way."""
-    from test_recorder import _engine, _finish, _random_story
+    from recorder_stories import finish_recording, random_story, recording_engine
 
     in_flight = 0
     rng = random.Random(3)
     for seed in range(8):
-        engine = _engine(tmp_path, monkeypatch, mode, seed)
+        engine = recording_engine(tmp_path, monkeypatch, mode, seed)
         engine.min_draft = 1
-        _random_story(engine, random.Random(seed), kv=False, reset=True, in_flight=0.3)
-        _finish(engine)
+        random_story(engine, random.Random(seed), kv=False, reset=True, in_flight=0.3)
+        finish_recording(engine)
         path = Path(engine.log)  # type: ignore[attr-defined]
         lines = path.read_bytes().splitlines(keepends=True)
         in_flight += _in_flight_aborted(lines)

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from hostile_values import ENCODINGS, HOSTILE_JSON
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spectally.engine_bridge.replay.columnar import colread, columnar
 from spectally.engine_bridge.replay.dispatch import replay_file
-from test_fuzz_cli import ENCODINGS, HOSTILE_JSON
 
 ROOT = Path(__file__).parents[2]
 LOGS = sorted(

@@ -5,52 +5,16 @@ delivered, and the log replays with full agreement (issue 12 item 1, issue 9 ite
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_scheduler import FakeEngine, RecordingAsyncFake, RecordingFake
+from fake_scheduler import FakeEngine
+from recorder_stories import finish_recording, random_story, recording_engine, run_until_idle
 from spectally.engine_bridge.replay.dispatch import replay_file
-from spectally.engine_bridge.steplog.writer import StepOrderBuffer, append_record
+from spectally.engine_bridge.steplog.writer import StepOrderBuffer
 from spectally.engine_bridge.vllm.recorder import state
-
-K = 3
-
-
-def _engine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int = 0
-) -> FakeEngine:
-    log = tmp_path / f"{mode}-{seed}.ndjson"
-    monkeypatch.setenv(state.ENV_PATH, str(log))
-    monkeypatch.delenv(state.ENV_BACKPORT, raising=False)
-    monkeypatch.setenv(state.ENV_SO_BACKEND, "")
-    monkeypatch.setenv(state.ENV_TOTALS, "0")  # _finish appends the fake's own totals
-    cls = RecordingAsyncFake if mode == "async" else RecordingFake
-    engine = FakeEngine(cls(K), random.Random(seed))
-    engine.min_draft = 1  # the reproductions need a proposal for the request that finishes
-    engine.log = log  # type: ignore[attr-defined]
-    return engine
-
-
-def _finish(engine: FakeEngine) -> list[dict[str, Any]]:
-    """Shut down like capture.py: close the recorder, append the engine's own totals."""
-    engine.drain()
-    sched = engine.sched
-    assert sched._sx.active, "the recorder stopped on an error (see the log output)"
-    sched.shutdown()
-    drafts, tokens, accepted, per_pos = sched.totals
-    totals = {
-        "record": "totals",
-        "source": "get_metrics",
-        "num_drafts": drafts,
-        "num_draft_tokens": tokens,
-        "num_accepted_tokens": accepted,
-        "num_accepted_tokens_per_pos": per_pos,
-    }
-    append_record(str(engine.log), totals)  # type: ignore[attr-defined]
-    return [json.loads(line) for line in engine.log.read_text().splitlines()]  # type: ignore[attr-defined]
 
 
 def _check(engine: FakeEngine, records: list[dict[str, Any]]) -> None:
@@ -69,26 +33,20 @@ def _check(engine: FakeEngine, records: list[dict[str, Any]]) -> None:
     assert result.exit_code == 0
 
 
-def _run_until_idle(engine: FakeEngine, limit: int = 400) -> None:
-    while engine.busy():
-        engine.step()
-        assert engine.steps < limit
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_finish_by_length_then_abort_between_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """Issue 12's first reproduction: one request finishes by length in step s (sync: its next
     proposal becomes a discarded block of step s+1), another is aborted right after step s."""
-    engine = _engine(tmp_path, monkeypatch, mode)
+    engine = recording_engine(tmp_path, monkeypatch, mode)
     engine.add("short", 4)
     engine.add("long", 200)
     while "short" in engine.sched.requests:
         engine.step()
     engine.abort("long")
-    _run_until_idle(engine)
-    records = _finish(engine)
+    run_until_idle(engine)
+    records = finish_recording(engine)
     assert any(r.get("event") == "abort" for r in records)
     _check(engine, records)
 
@@ -99,7 +57,7 @@ def test_add_then_abort_between_two_steps(
 ) -> None:
     """Issue 12's second reproduction: a request is added and another aborted between two
     steps (the add is stamped with the next step, the abort with the current one)."""
-    engine = _engine(tmp_path, monkeypatch, mode)
+    engine = recording_engine(tmp_path, monkeypatch, mode)
     engine.add("a", 200)
     engine.add("b", 40)
     for _ in range(3):
@@ -108,8 +66,8 @@ def test_add_then_abort_between_two_steps(
     engine.abort("a")
     engine.add("d", 10)  # added and aborted in the same gap: never scheduled
     engine.abort("d")
-    _run_until_idle(engine)
-    _check(engine, _finish(engine))
+    run_until_idle(engine)
+    _check(engine, finish_recording(engine))
 
 
 def test_the_reproduction_fails_without_the_order_buffer(
@@ -118,55 +76,17 @@ def test_the_reproduction_fails_without_the_order_buffer(
     """The old flush rule (write whatever no in-flight step holds back) gives the log the issue
     reported: replay refuses it with `step went backwards`."""
     monkeypatch.setattr(state._RecorderState, "floor", lambda self: 1 << 62)
-    engine = _engine(tmp_path, monkeypatch, "sync")
+    engine = recording_engine(tmp_path, monkeypatch, "sync")
     engine.add("short", 4)
     engine.add("long", 200)
     while "short" in engine.sched.requests:
         engine.step()
     engine.abort("long")
-    _run_until_idle(engine)
-    _finish(engine)
+    run_until_idle(engine)
+    finish_recording(engine)
     result = replay_file(str(engine.log), max_divergences=1, progress=False)  # type: ignore[attr-defined]
     assert result.status == "bad_input"
     assert "step went backwards" in str(result.bad_input)
-
-
-def _random_story(
-    engine: FakeEngine, rng: random.Random, kv: bool, reset: bool, in_flight: float = 0.1
-) -> None:
-    """Random arrivals, aborts (what a client disconnect or a matched stop string becomes) and
-    preemptions between steps, and aborts after a forward pass before its output is processed
-    (share ``in_flight`` of the steps); requests also finish by length."""
-    n = 0
-    for _ in range(rng.randint(2, 4)):
-        # some structured requests, whose grammar may cut every draft (scheduled 0, sampled 1)
-        engine.add(f"r{n}", rng.randint(1, 30), rng.choice((None, None, 0, 2)))
-        n += 1
-    for _ in range(rng.randint(5, 40)):
-        running = sorted(engine.sched.requests)
-        if running and rng.random() < in_flight:
-            engine.step(abort_in_flight=(rng.choice(running),))
-        else:
-            engine.step()
-        live = sorted(engine.sched.requests)
-        roll = rng.random()
-        if roll < 0.2:
-            engine.add(f"r{n}", rng.randint(1, 30))
-            n += 1
-        if live and rng.random() < 0.15:
-            engine.abort(rng.choice(live))
-        if live and kv and rng.random() < 0.15:
-            engine.preempt(rng.choice(live))  # drop_stale_output as the header says
-        if live and reset and rng.random() < 0.1:
-            # May be aborted in the same gap below (issue 12 open item 3).
-            engine.reset_preempt(rng.choice(live))
-        if roll > 0.9:  # several things in one gap, an arrival aborted at once among them
-            engine.add(f"r{n}", rng.randint(1, 30))
-            live.append(f"r{n}")
-            n += 1
-            if live:
-                engine.abort(*live[: rng.randint(1, len(live))])
-    _run_until_idle(engine)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -175,15 +95,15 @@ def test_random_interleavings_replay_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, seed: int
 ) -> None:
     rng = random.Random(seed)
-    engine = _engine(tmp_path, monkeypatch, mode, seed)
+    engine = recording_engine(tmp_path, monkeypatch, mode, seed)
     engine.min_draft = seed % 2  # odd seeds: ngram-like misses too
     # Async preemption in schedule() without drop_stale_output delivers the stale output: left to
     # the stale-output test below (its replay needs issue 9's reference side); here async gets
     # preemptions in drop mode (reset_prefix_cache between steps, or requires_kv_delivery).
     if mode == "async" and seed % 3 == 0:
         engine.sched.requires_kv_delivery = True  # KV-pressure preemptions drop stale output
-    _random_story(engine, rng, kv=mode == "sync" or seed % 3 == 0, reset=True)
-    _check(engine, _finish(engine))
+    random_story(engine, rng, kv=mode == "sync" or seed % 3 == 0, reset=True)
+    _check(engine, finish_recording(engine))
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -194,14 +114,14 @@ def test_async_stale_output_is_delivered_and_applied(
     its tokens and counts it, so the recorder writes `applied` with `delivered` > 0 (BRIEF
     interface 2)."""
     rng = random.Random(seed)
-    engine = _engine(tmp_path, monkeypatch, "async", seed)
+    engine = recording_engine(tmp_path, monkeypatch, "async", seed)
     engine.add("x", 60)
     engine.add("y", 60)
     engine.step()
     engine.step()
     engine.preempt("x")
-    _random_story(engine, rng, kv=True, reset=False)
-    records = _finish(engine)
+    random_story(engine, rng, kv=True, reset=False)
+    records = finish_recording(engine)
     preempts = [r for r in records if r.get("event") == "preempt"]
     assert preempts and not preempts[0]["drop_stale_output"]
     stale_steps = {
@@ -244,15 +164,15 @@ def test_live_sinks_see_every_block_without_waiting_for_the_order_buffer(
 ) -> None:
     """The backport is a live sink: each block reaches it once, when it is final, so the live
     counters (and a /metrics scrape) do not lag behind the engine by the step the log holds."""
-    engine = _engine(tmp_path, monkeypatch, mode)
+    engine = recording_engine(tmp_path, monkeypatch, mode)
     live: list[dict[str, Any]] = []
     engine.sched._sx.live_sinks.append(live.append)
     engine.add("a", 20)
     engine.add("b", 9)
-    _run_until_idle(engine)
+    run_until_idle(engine)
     engine.drain()
     seen_live = [r for r in live if r["record"] == "request_step"]
-    records = _finish(engine)
+    records = finish_recording(engine)
     logged = [r for r in records if r["record"] == "request_step"]
     key = [(r["step"], r["request"]) for r in logged]
     assert sorted((r["step"], r["request"]) for r in seen_live) == sorted(key)
@@ -266,8 +186,8 @@ def _abort_in_flight_at_step_4(engine: Any, rid: str) -> tuple[list[Any], list[A
     for _ in range(3):
         engine.step()
     engine.step(abort_in_flight=(rid,))
-    _run_until_idle(engine)
-    records = _finish(engine)
+    run_until_idle(engine)
+    records = finish_recording(engine)
     blocks = [r for r in records if r["record"] == "request_step" and r["request"] == rid]
     return records, blocks
 
@@ -282,7 +202,7 @@ def test_abort_after_the_forward_pass_before_its_output_is_processed(
     finished) and the drafter's proposal for the next step is dropped. The recorder writes the
     abort, the block ``discarded_aborted`` with ``sampled`` > 0 and (sync) the proposal
     ``discarded_aborted``; the log replays with agreement (SPEC E3, E6)."""
-    engine = _engine(tmp_path, monkeypatch, mode)
+    engine = recording_engine(tmp_path, monkeypatch, mode)
     engine.add("a", 200)
     engine.add("b", 200)
     records, blocks = _abort_in_flight_at_step_4(engine, "a")
@@ -302,7 +222,7 @@ def test_abort_after_a_forward_pass_without_drafts(
     output is processed, its block is discarded_aborted with scheduled 0 and sampled 1, and
     the proposal made in that pass follows. The block was in the forward pass (translate:
     sampled > 0 means Verify), so the proposal may open (E3) and the log replays."""
-    engine = _engine(tmp_path, monkeypatch, "sync")
+    engine = recording_engine(tmp_path, monkeypatch, "sync")
     engine.add("s", 200, grammar_keep=0)
     engine.add("p", 200)
     records, blocks = _abort_in_flight_at_step_4(engine, "s")
@@ -320,15 +240,15 @@ def test_reset_prefix_cache_preemption_then_abort_in_the_same_gap(
     mode) and aborted in the same gap. Sync: the preemption drops the proposal meant for the
     next step (a discarded_preempted block of that step); the abort is stamped with that step
     too, so the preempt closes the block before the abort is read."""
-    engine = _engine(tmp_path, monkeypatch, mode)
+    engine = recording_engine(tmp_path, monkeypatch, mode)
     engine.add("a", 200)
     engine.add("b", 200)
     for _ in range(3):
         engine.step()
     engine.reset_preempt("a")
     engine.abort("a")
-    _run_until_idle(engine)
-    records = _finish(engine)
+    run_until_idle(engine)
+    records = finish_recording(engine)
     mine = [r for r in records if r.get("request") == "a"]
     assert [r.get("event") for r in mine if r["record"] == "request"][-2:] == ["preempt", "abort"]
     if mode == "sync":
