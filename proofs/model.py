@@ -30,6 +30,8 @@ from spectally.reference.step import Mode, StepInputs
 from .z3arith import Z3_ARITH, Cond, Num
 
 AR = Z3_ARITH
+# Both scheduling modes, in the order every property is checked.
+MODES: tuple[Mode, ...] = (Mode.SYNC, Mode.ASYNC)
 SymInputs = StepInputs[Num, Cond]
 POSITION_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PositionCounts))
 _fresh = itertools.count()

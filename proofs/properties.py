@@ -17,7 +17,8 @@ Names (SPEC.md's "proved by" column uses them verbatim):
 - ``merge:monoid``: rfc/legacy/position merges are associative, commutative, zero identity,
   and each fold is a merge with the block's own counts.
 - ``legacy:drafted>=verified`` / ``legacy:sync-async-spec-steps``: vLLM <= 0.32's counting,
-  expected to be *refuted* (except drafted >= verified in sync, which holds).
+  expected to be *refuted* (except drafted >= verified in sync, which holds); built in
+  legacy.py with ``vllm-0.34:drafted>=verified``, and named in the registry below.
 
 Each property is built afresh when run, from the reference functions as they are at that
 moment: a mutant patched into the reference changes what is proved.
@@ -34,17 +35,16 @@ from spectally.reference import counters as ct
 from spectally.reference import metrics as mt
 from spectally.reference import step as st
 from spectally.reference.counters import LegacyTotals, PositionCounts, RfcTotals
-from spectally.reference.profile import VLLM_034
 from spectally.reference.step import Mode
 
 from . import events as evp
 from . import model as md
-from .model import AR, Context, State, SymInputs, fresh_tag
-from .obligations import Obligation, Shown, as_int, concrete_inputs
-from .witness import command_for, query_from, replay
+from .legacy import legacy_drafted_verified, legacy_spec_steps, vllm034
+from .model import AR, Context, State, fresh_tag
+from .obligations import Obligation, Shown
 from .z3arith import Cond, Num
 
-MODES: tuple[Mode, ...] = (Mode.SYNC, Mode.ASYNC)
+MODES = md.MODES
 
 
 @dataclass(frozen=True)
@@ -561,156 +561,6 @@ def _fold_is_merge(tag: str) -> list[Obligation]:
     return out
 
 
-# -- legacy (expected refuted) ----------------------------------------------------------------
-
-
-def _legacy_witness(
-    modes: tuple[Mode, ...], x: SymInputs, ctx: Context, scenario: str
-) -> Callable[[z3.ModelRef], dict[str, Any]]:
-    def build(model: z3.ModelRef) -> dict[str, Any]:
-        values = concrete_inputs(model, x)
-        k = as_int(model, ctx.k)
-        out: dict[str, Any] = {"scenario": scenario, "k": k}
-        for mode in modes:
-            r = st.rfc_step(mode, x, AR)
-            lg = st.legacy_step(mode, x, AR)
-            solver = {
-                "rfc": {
-                    "drafted": as_int(model, r.drafted),
-                    "verified": as_int(model, r.verified),
-                    "accepted": as_int(model, r.accepted),
-                    "spec_steps": as_int(model, r.spec_steps),
-                },
-                "vllm-legacy": {
-                    "drafted": as_int(model, lg.num_draft_tokens),
-                    "accepted": as_int(model, lg.num_accepted_tokens),
-                    "spec_steps": as_int(model, lg.num_drafts),
-                },
-            }
-            q = query_from(mode, values)
-            out[mode.value] = {
-                "command": command_for(q),
-                "counts": solver,
-                "replay": replay(q, k, solver),
-            }
-        return out
-
-    return build
-
-
-def _legacy_drafted_verified(mode: Mode) -> Callable[[], list[Obligation]]:
-    def build() -> list[Obligation]:
-        tag = fresh_tag(f"legacy.dv.{mode.value}")
-        ctx = Context.fresh(tag)
-        x = md.sym_inputs(f"{tag}.x")
-        adm = md.admissible(mode, x, ctx)
-        claim = st.legacy_step(mode, x, AR).num_draft_tokens >= st.rfc_step(mode, x, AR).verified
-        if mode is Mode.SYNC:  # holds: sync validates the grammar before scheduling
-            return [
-                Obligation(
-                    "sync: legacy drafted >= verified for every admissible block",
-                    (*ctx.facts(), adm),
-                    claim,
-                    Shown(inputs={"block": (mode, x)}),
-                )
-            ]
-        uncut = x.proposed + x.padding
-        common = (*ctx.facts(), adm, *md.cli_expressible(x), x.schedule_cap == uncut)
-        small = (x.proposed, x.av_cap, x.accepted, ctx.k)
-        scenarios = [
-            ("async + structured output, AV off", (x.av_cap == uncut,)),
-            (
-                "async + structured output + AV (AV skips a draft)",
-                (x.av_cap < x.proposed,),
-            ),
-            (
-                "the RFC row: k = 4, grammar rejects the last 2 drafts, AV on",
-                (
-                    ctx.k == 4,
-                    x.proposed == 4,
-                    x.structured,
-                    x.grammar_valid == 2,
-                    x.av_cap < x.proposed,
-                ),
-            ),
-        ]
-        return [
-            Obligation(
-                f"legacy drafted >= verified: {label}",
-                (*common, *extra),
-                claim,
-                Shown(inputs={"block": (mode, x)}),
-                minimize=small,
-                witness=_legacy_witness((mode,), x, ctx, label),
-            )
-            for label, extra in scenarios
-        ]
-
-    return build
-
-
-def _legacy_spec_steps() -> list[Obligation]:
-    tag = fresh_tag("legacy.steps")
-    ctx = Context.fresh(tag)
-    x = md.sym_inputs(f"{tag}.x")
-    claim = (
-        st.legacy_step(Mode.SYNC, x, AR).num_drafts == st.legacy_step(Mode.ASYNC, x, AR).num_drafts
-    )
-    label = "legacy num_drafts equal in sync and async for the same block"
-    return [
-        Obligation(
-            label,
-            (
-                *ctx.facts(),
-                md.admissible(Mode.SYNC, x, ctx),
-                md.admissible(Mode.ASYNC, x, ctx),
-                *md.cli_expressible(x),
-                # no schedule cut, AV off: the mismatch needs neither
-                x.schedule_cap == x.proposed + x.padding,
-                x.av_cap == x.proposed + x.padding,
-            ),
-            claim,
-            Shown(inputs={"block": (Mode.SYNC, x)}),
-            minimize=(x.proposed, x.grammar_valid, ctx.k),
-            witness=_legacy_witness(MODES, x, ctx, label),
-        )
-    ]
-
-
-def _vllm034(mode: Mode) -> Callable[[], list[Obligation]]:
-    """vLLM 0.34 (reference/profile.py VLLM_034) over every admissible block: its own drafted
-    is never below the rfc's verified, in either mode (0.33's async shortfall, the RFC row, is
-    gone: no grammar-invalid slot is subtracted); the rfc's verified is never below what it is
-    under vllm-legacy (0.34 only adds the first invalid draft); drafted, accepted and spec steps
-    of the rfc do not depend on the release."""
-
-    def build() -> list[Obligation]:
-        tag = fresh_tag(f"vllm034.{mode.value}")
-        ctx = Context.fresh(tag)
-        x = md.sym_inputs(f"{tag}.x")
-        adm = md.admissible(mode, x, ctx)
-        new, old = st.rfc_step(mode, x, AR, VLLM_034), st.rfc_step(mode, x, AR)
-        drafted = st.legacy_step(mode, x, AR, VLLM_034).num_draft_tokens
-        facts = (*ctx.facts(), adm)
-        shown = Shown(inputs={"block": (mode, x)})
-        same = z3.And(
-            new.drafted == old.drafted,
-            new.accepted == old.accepted,
-            new.spec_steps == old.spec_steps,
-        )
-        return [
-            Obligation("0.34: vLLM drafted >= rfc verified", facts, drafted >= new.verified, shown),
-            Obligation(
-                "0.34 verifies at least what 0.33 did", facts, new.verified >= old.verified, shown
-            ),
-            Obligation(
-                "rfc drafted, accepted, spec steps do not depend on the release", facts, same, shown
-            ),
-        ]
-
-    return build
-
-
 # -- the registry -----------------------------------------------------------------------------
 
 
@@ -766,24 +616,24 @@ def all_properties() -> list[Property]:
             "vllm-legacy",
             "sync",
             "proved",
-            _legacy_drafted_verified(Mode.SYNC),
+            legacy_drafted_verified(Mode.SYNC),
         ),
         Property(
             "legacy:drafted>=verified",
             "vllm-legacy",
             "async",
             "refuted",
-            _legacy_drafted_verified(Mode.ASYNC),
+            legacy_drafted_verified(Mode.ASYNC),
         ),
         # [LX-2] legacy num_drafts equal under sync and async: refuted
         Property(
-            "legacy:sync-async-spec-steps", "vllm-legacy", "both", "refuted", _legacy_spec_steps
+            "legacy:sync-async-spec-steps", "vllm-legacy", "both", "refuted", legacy_spec_steps
         ),
     ]
     for mode in MODES:
         props.append(
             Property(
-                "vllm-0.34:drafted>=verified", "vllm-0.34", mode.value, "proved", _vllm034(mode)
+                "vllm-0.34:drafted>=verified", "vllm-0.34", mode.value, "proved", vllm034(mode)
             )
         )
     return props
