@@ -14,7 +14,7 @@ import pytest
 from spectally.reference import invariants, machine
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs, StepQuery, admissibility
-from spectally.spec import figures, render, user_changes
+from spectally.spec import figures, render, surfaces, user_changes
 from spectally.spec import vectors as vec_mod
 
 SPEC_DIR = Path(vec_mod.__file__).parent
@@ -75,7 +75,7 @@ def test_event_rules_of_the_machine_are_specified() -> None:
 def test_prometheus_names_match_the_reporting_table() -> None:
     table = SPEC[SPEC.index("**[REP-1]") : SPEC.index("**[REP-2]")]
     documented = set(re.findall(r"`(vllm:spec_decode_[a-z_]+_total)", table))
-    rendered = set(vec_mod.PROMETHEUS_COUNTERS) | set(vec_mod.PROMETHEUS_LABELLED)
+    rendered = set(surfaces.PROMETHEUS_COUNTERS) | set(surfaces.PROMETHEUS_LABELLED)
     assert documented == rendered
 
 
@@ -378,7 +378,7 @@ def test_implementing_guide_names_every_prometheus_counter() -> None:
     documented = {
         f"{n}_total" for n in re.findall(r"^\| `(vllm:spec_decode_[a-z_]+)", section, re.M)
     }
-    rendered = set(vec_mod.PROMETHEUS_COUNTERS) | set(vec_mod.PROMETHEUS_LABELLED)
+    rendered = set(surfaces.PROMETHEUS_COUNTERS) | set(surfaces.PROMETHEUS_LABELLED)
     assert documented == rendered
     assert "vllm:spec_decode_num_verified_draft_tokens" in SPEC[SPEC.index("## 11.") :]
 
