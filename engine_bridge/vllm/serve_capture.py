@@ -243,15 +243,13 @@ def serve_one(cfg: ServeConfig, out: Path, python: str = sys.executable) -> dict
 
 def _spectally_totals(text: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
+    from spectally.engine_bridge.vllm.backport import summary_key
 
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if not family.name.startswith("spectally:spec_decode_num_"):
-            continue
-        if family.name.endswith("_per_pos"):
-            continue
-        key = family.name.removeprefix("spectally:spec_decode_num_")
-        out[key] = sum(s.value for s in family.samples if s.name.endswith("_total"))
+        key = summary_key(family.name)
+        if key is not None:
+            out[key] = sum(s.value for s in family.samples if s.name.endswith("_total"))
     return out
 
 
