@@ -41,6 +41,29 @@ EOS = 2  # tiny_models: eos_token_id
 CHOICES = ["import os; import sys; import json", "from typing import Any, Optional"]
 
 
+def close_log(raw: Path, gz: Path, totals: list[int]) -> None:
+    """End a simulated run's step log: append the totals record of the scheduler's own stats
+    (``totals``: num_drafts, num_draft_tokens, num_accepted_tokens, then accepted per position;
+    the drivers sum them from ``SchedulerStats``), gzip it reproducibly (mtime 0, so a rerun
+    gives the committed bytes) and remove the raw file."""
+    from spectally.engine_bridge.vllm import recorder
+
+    recorder.append_record(
+        str(raw),
+        {
+            "record": "totals",
+            "source": "scheduler_stats",
+            "num_drafts": totals[0],
+            "num_draft_tokens": totals[1],
+            "num_accepted_tokens": totals[2],
+            "num_accepted_tokens_per_pos": totals[3:],
+        },
+    )
+    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
+        dst.write(src.read())
+    raw.unlink()
+
+
 class FakeRunner:
     """Seeded stand-in for the model runner and drafter (nothing is computed).
 
@@ -242,22 +265,10 @@ def simulate(
             raise RuntimeError("simulation did not finish")
     sched.shutdown()
     llm.llm_engine.engine_core.shutdown()
-    recorder.append_record(
-        str(raw),
-        {
-            "record": "totals",
-            "source": "scheduler_stats",
-            "num_drafts": totals[0],
-            "num_draft_tokens": totals[1],
-            "num_accepted_tokens": totals[2],
-            "num_accepted_tokens_per_pos": totals[3:],
-        },
-    )
-    records = [json.loads(line) for line in raw.read_text().splitlines()]
     gz = out / f"{name}.ndjson.gz"
-    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
-        dst.write(src.read())
-    raw.unlink()
+    close_log(raw, gz, totals)
+    with gzip.open(gz, "rt") as fh:
+        records = [json.loads(line) for line in fh]
     from spectally.engine_bridge.vllm.capture import _backport_totals, check_log, summarize
 
     summary = summarize(records)

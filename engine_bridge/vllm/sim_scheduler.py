@@ -83,7 +83,7 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm
     from spectally.engine_bridge.vllm import recorder
-    from spectally.engine_bridge.vllm.async_sim import FakeRunner
+    from spectally.engine_bridge.vllm.async_sim import FakeRunner, close_log
     from vllm import SamplingParams
     from vllm.v1.outputs import DraftTokenIds
     from vllm.v1.request import Request, RequestStatus
@@ -156,21 +156,8 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
         if steps > 2000:
             raise RuntimeError("simulation did not finish")
     sched.shutdown()
-    recorder.append_record(
-        str(raw),
-        {
-            "record": "totals",
-            "source": "scheduler_stats",
-            "num_drafts": totals[0],
-            "num_draft_tokens": totals[1],
-            "num_accepted_tokens": totals[2],
-            "num_accepted_tokens_per_pos": totals[3:],
-        },
-    )
     gz = out / f"{name}.ndjson.gz"
-    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
-        dst.write(src.read())
-    raw.unlink()
+    close_log(raw, gz, totals)
     return gz
 
 
