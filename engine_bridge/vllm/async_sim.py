@@ -41,6 +41,22 @@ EOS = 2  # tiny_models: eos_token_id
 CHOICES = ["import os; import sys; import json", "from typing import Any, Optional"]
 
 
+def open_log(out: Path, name: str, runner: str, seed: int, so_backend: str) -> Path:
+    """Point the recording scheduler of a simulated run (no engine) at a fresh raw step log
+    ``out/name.ndjson``, which `close_log` ends: the driver writes the totals record itself,
+    the backport stays off; ``runner`` and ``seed`` go into the log's header config."""
+    from spectally.engine_bridge.vllm import recorder
+
+    raw = out / f"{name}.ndjson"
+    raw.unlink(missing_ok=True)
+    os.environ[recorder.ENV_PATH] = str(raw)
+    os.environ[recorder.ENV_TOTALS] = "0"  # this driver appends its own totals record
+    os.environ[recorder.ENV_SO_BACKEND] = so_backend
+    os.environ[recorder.ENV_BACKPORT] = "0"
+    os.environ[recorder.ENV_CONFIG] = json.dumps({"run": name, "runner": runner, "seed": seed})
+    return raw
+
+
 def close_log(raw: Path, gz: Path, totals: list[int]) -> None:
     """End a simulated run's step log: append the totals record of the scheduler's own stats
     (``totals``: num_drafts, num_draft_tokens, num_accepted_tokens, then accepted per position;
