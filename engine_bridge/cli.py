@@ -214,8 +214,9 @@ def replay(
 
 @click.group("import", epilog=IMPORT_EXIT_HELP)
 def import_group() -> None:
-    """Check what stock vLLM already emits: Prometheus scrapes, 'SpecDecoding metrics:' log
-    lines, per-request spec-decode metrics (plain, gzip or - for stdin).
+    """Check what a stock engine already emits: vLLM's Prometheus scrapes, 'SpecDecoding
+    metrics:' log lines and per-request spec-decode metrics; llama-server's traced log, turned
+    into a step log (plain, gzip or - for stdin).
 
     Each check prints file:line: VERDICT check: message.
     """

@@ -188,7 +188,9 @@ def render(d: dict[str, Any]) -> str:
         for i, c in enumerate(cols)
     ]
     width = max(24, *(len(n) + 2 for n in names))
-    lines = [head, "  what vLLM reports under each release's counting:"]
+    engine = d["engine"].split(" ", 1)[0]  # "vllm 0.33.0", "llama.cpp 0.5.0-dev+..."
+    who = "vLLM" if engine == "vllm" else engine
+    lines = [head, f"  what {who} reports under each release's counting:"]
     lines.append("    " + " " * 26 + "".join(n.ljust(width) for n in names))
     rows = (
         ("num_drafts", "num_drafts", None),
@@ -217,7 +219,7 @@ def render(d: dict[str, Any]) -> str:
             else "n/a"
         )
         lines.append(
-            f"  upgrade to {c['profile']}: vLLM drafted {shift:+d}, num_drafts"
+            f"  upgrade to {c['profile']}: {who} drafted {shift:+d}, num_drafts"
             f" {v['num_drafts'] - base['num_drafts']:+d}, acceptance rate {rate}"
         )
     return "\n".join(lines)
@@ -234,8 +236,8 @@ def render(d: dict[str, Any]) -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def version_diff(log: str, to: tuple[str, ...], as_json: bool) -> None:
-    """Show what a log's vLLM counters would read under another release's counting (what a
-    dashboard does on upgrade), beside the RFC's counters."""
+    """Show what a log's engine counters (vLLM, llama.cpp) would read under another release's
+    counting (what a dashboard does on upgrade), beside the RFC's counters."""
     targets: list[str] = []
     for version in to:
         name = profile_for("vllm", version)

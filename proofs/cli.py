@@ -48,7 +48,7 @@ def prove(
     as_json: bool, only: tuple[str, ...], verbose: bool, rlimit: int, timeout_s: float
 ) -> None:
     """Prove the counting invariants with Z3 (symbolic k, every admissible stage input, both
-    modes) and refute vLLM <= 0.32's counting with replayable witnesses."""
+    modes) and refute vLLM 0.32/0.33's counting with replayable witnesses."""
     props = select(only)
     if not props:
         raise click.UsageError(f"no property matches {', '.join(only)}")

@@ -13,12 +13,17 @@ Names (SPEC.md's "proved by" column uses them verbatim):
 - ``theorem:sync-async``: the same stage inputs give equal drafted, accepted and spec_steps in
   both modes, verified differing by exactly the async grammar-invalid-verified drafts
   (also when the grammar rejects every draft, and along traces); admissibility is one set.
+  Under vllm-0.34, whose sync trim verifies the first invalid draft, verified differs by the
+  async minus the sync grammar-invalid-verified drafts.
 - ``metrics:bounds``: ``metrics.metric_bounds`` and per-position rates from Inv.
 - ``merge:monoid``: rfc/legacy/position merges are associative, commutative, zero identity,
   and each fold is a merge with the block's own counts.
-- ``legacy:drafted>=verified`` / ``legacy:sync-async-spec-steps``: vLLM <= 0.32's counting,
-  expected to be *refuted* (except drafted >= verified in sync, which holds); built in
-  legacy.py with ``vllm-0.34:drafted>=verified``, and named in the registry below.
+- ``legacy:drafted>=verified`` / ``legacy:sync-async-spec-steps``: vLLM 0.32/0.33's counting,
+  expected to be *refuted* (except drafted >= verified in sync, which holds).
+- ``vllm-0.34:drafted>=verified``: vLLM 0.34's own drafted is never below the rfc's verified,
+  in either mode.
+
+The legacy and vLLM 0.34 properties are built in legacy.py; the registry below names them all.
 
 Each property is built afresh when run, from the reference functions as they are at that
 moment: a mutant patched into the reference changes what is proved.
@@ -35,6 +40,7 @@ from spectally.reference import counters as ct
 from spectally.reference import metrics as mt
 from spectally.reference import step as st
 from spectally.reference.counters import LegacyTotals, PositionCounts, RfcTotals
+from spectally.reference.profile import VLLM_034
 from spectally.reference.step import Mode
 
 from . import events as evp
@@ -355,6 +361,29 @@ def _sync_async() -> list[Obligation]:
             Shown(shown.inputs, terms={**shown.terms, **_conjunct_terms(same)}),
         ),
     ]
+    # vLLM 0.34's sync trim keeps the first invalid draft, which is verified: the sync side has a
+    # grammar_invalid_verified term of its own, and the rest of the theorem stands.
+    ns, na = st.rfc_step(Mode.SYNC, x, AR, VLLM_034), st.rfc_step(Mode.ASYNC, x, AR, VLLM_034)
+    same_034 = [
+        ("drafted equal", ns.drafted == na.drafted),
+        ("accepted equal", ns.accepted == na.accepted),
+        ("spec_steps equal", ns.spec_steps == na.spec_steps),
+        ("padding equal", ns.padding == na.padding),
+        (
+            "verified differ by the grammar_invalid_verified difference",
+            na.verified - ns.verified
+            == na.fates.grammar_invalid_verified - ns.fates.grammar_invalid_verified,
+        ),
+    ]
+    out.append(
+        Obligation(
+            "vllm-0.34, same stage inputs: equal drafted/accepted/spec_steps, verified differ by"
+            " the grammar_invalid_verified difference",
+            (*ctx.facts(), adm_s, adm_a),
+            z3.And(*(c for _, c in same_034)),
+            Shown(shown.inputs, terms=_conjunct_terms(same_034)),
+        )
+    )
     all_rejected = [
         ("spec_steps equal", cs.spec_steps == ca.spec_steps),
         (

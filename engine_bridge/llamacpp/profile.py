@@ -21,7 +21,7 @@ that with the log-level vectors of ``spec/vectors-llamacpp.json``; the step-leve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PROFILE = "llama.cpp"
 ENGINE = "llama.cpp"
@@ -140,21 +140,13 @@ VLLM_LEGACY = CountingDeclaration(
     },
 )
 
-# vLLM 0.34.0 as its source reads (the replay has no profile for it yet; compare uses this).
-VLLM_034 = CountingDeclaration(
+# vLLM 0.34.0 as its source reads (the replay counts it with reference/profile.py's VLLM_034):
+# vllm-legacy but for the grammar.
+VLLM_034 = replace(
+    VLLM_LEGACY,
     profile="vllm-0.34",
-    engine="vllm",
     grammar_cut="keeps_first_invalid",
     grammar_forbidden_drafted="first_per_block",
-    drafted_includes_padding=True,
-    drafted_includes_truncated=False,
-    verified_equals_drafted=False,
-    accepted_includes_bonus=False,
-    accepted_past_stop=True,
-    step_counts="per_scheduled_block",
-    per_position=True,
-    reported_when="engine_step",
-    exported_as="vllm:spec_decode_*",
     why={
         **VLLM_LEGACY.why,
         "grammar_cut": "vllm/v1/structured_output/__init__.py"

@@ -35,7 +35,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -53,6 +52,7 @@ from ..vllm.capture.serve_capture import (
     _post,
     _spec_families,
     _totals_from_scrape,
+    stop_server,
 )
 from . import rules
 from .promtest import counter_values
@@ -76,17 +76,6 @@ def _wait(what: str, check: Any, deadline: float, proc: subprocess.Popen[bytes])
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what}: timed out")
         time.sleep(0.5)
-
-
-def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def query(base: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
@@ -202,11 +191,11 @@ def run(out: Path, prometheus: str) -> dict[str, Any]:
             last_scrape = _spec_families(_get(base + "/metrics"))
             time.sleep(2)
             at = _last_sample(prom)
-            _stop(server)  # the recorder flushes the step log as the engine stops
+            stop_server(server)  # the recorder flushes the step log as the engine stops
             summary = _compare(prom, raw, last_scrape, at)
         finally:
-            _stop(server)
-            _stop(promp)
+            stop_server(server)
+            stop_server(promp)
             shutil.rmtree(prom_dir, ignore_errors=True)
     return summary
 

@@ -8,7 +8,8 @@ A scheme maps the specification's quantities to one exporter's Prometheus names 
 - ``rfc``: the names REP-1 gives a vLLM that counts by the RFC (drafted and accepted keep
   their names and take the corrected values; ``num_drafts`` stays as an alias of spec steps).
 - ``backport``: the RFC counters as ``spectally.engine_bridge.vllm.recorder.backport`` publishes
-  them next to a legacy vLLM's own.
+  them next to a legacy vLLM's own, under the ``spectally:`` prefix; its verified counters have
+  the specification's name (``FORMER_NAMES``: what older scrapes call them).
 """
 
 from __future__ import annotations
@@ -60,25 +61,31 @@ RFC = Scheme(
     "rfc",
     "RFC names (SPEC REP-1)",
     drafted=V + "num_draft_tokens_total",
-    verified=V + "num_verified_tokens_total",
+    verified=V + "num_verified_draft_tokens_total",
     accepted=V + "num_accepted_tokens_total",
     spec_steps=V + "num_spec_steps_total",
     drafted_pos=V + "num_draft_tokens_per_pos_total",
-    verified_pos=V + "num_verified_tokens_per_pos_total",
+    verified_pos=V + "num_verified_draft_tokens_per_pos_total",
     accepted_pos=V + "num_accepted_tokens_per_pos_total",
 )
 BACKPORT = Scheme(
     "backport",
     "RFC counters of the spectally backport",
     drafted=S + "num_drafted_tokens_total",
-    verified=S + "num_verified_tokens_total",
+    verified=S + "num_verified_draft_tokens_total",
     accepted=S + "num_accepted_tokens_total",
     spec_steps=S + "num_spec_steps_total",
     drafted_pos=S + "num_drafted_tokens_per_pos_total",
-    verified_pos=S + "num_verified_tokens_per_pos_total",
+    verified_pos=S + "num_verified_draft_tokens_per_pos_total",
     accepted_pos=S + "num_accepted_tokens_per_pos_total",
 )
 SCHEMES = {s.name: s for s in (VLLM, RFC, BACKPORT)}
+# The backport's verified counters before they took the specification's name, as scraped: the
+# committed scrapes of real servers (tests/fixtures/vllm/*.prom) carry these. Former -> current.
+FORMER_NAMES = {
+    S + "num_verified_tokens_total": S + "num_verified_draft_tokens_total",
+    S + "num_verified_tokens_per_pos_total": S + "num_verified_draft_tokens_per_pos_total",
+}
 
 # vLLM's V0 engine (up to 0.10): counters plus gauges of ratios it computed itself.
 V0_COUNTERS = frozenset(
@@ -100,6 +107,8 @@ for _scheme in SCHEMES.values():
     for _name in _scheme.counters().values():
         GENERATIONS[_name] = GENERATIONS.get(_name, frozenset()) | {_scheme.name}
 GENERATIONS[RFC.spec_steps.replace("num_spec_steps", "num_drafts")] |= {"rfc"}  # kept alias
+for _former in FORMER_NAMES:
+    GENERATIONS[_former] = frozenset({"backport"})
 for _name in V0_COUNTERS | {V + "draft_acceptance_rate", V + "efficiency"}:
     GENERATIONS[_name] = GENERATIONS.get(_name, frozenset()) | {"vllm-v0"}
 

@@ -429,7 +429,10 @@ def render_summary(result: ReplayResult) -> str:
         )
     )
     legacy, rfc = s["totals"]["vllm-legacy"], s["totals"]["rfc"]
-    out.append("  totals                 vllm-legacy      rfc")
+    # The engine's own column is titled with the log's profile (vllm-0.34, llama.cpp, ...); the
+    # JSON keeps the key "vllm-legacy" for that column whatever the profile.
+    own = s["profile"]
+    out.append(f"  totals                 {own:>11}      rfc")
     out.append(f"    spec steps           {legacy['spec_steps']:>11}  {rfc['spec_steps']:>7}")
     out.append(f"    drafted              {legacy['drafted']:>11}  {rfc['drafted']:>7}")
     out.append(f"    verified             {'-':>11}  {rfc['verified']:>7}")
@@ -439,7 +442,7 @@ def render_summary(result: ReplayResult) -> str:
         f"  {fmt(rfc['per_position']['accepted'])}"
     )
     mlg, mrfc = s["metrics"]["vllm-legacy"], s["metrics"]["rfc"]
-    out.append("  metrics                vllm-legacy      rfc")
+    out.append(f"  metrics                {own:>11}      rfc")
     out.append(
         f"    acceptance rate      {num(mlg['acceptance_rate'], 3):>11}"
         f"  {num(mrfc['acceptance_rate'], 3):>7}"
@@ -453,7 +456,7 @@ def render_summary(result: ReplayResult) -> str:
     per_l = ", ".join(num(v, 3) for v in mlg["per_position_acceptance_per_step"])
     per_r = ", ".join(num(v, 3) for v in mrfc["per_position_acceptance_per_step"])
     out.append(f"    per-position rate    [{per_l}]  [{per_r}]")
-    out.append("  shift legacy → rfc:")
+    out.append(f"  shift {own} → rfc:")
     for key in ("acceptance_rate", "mean_acceptance_length"):
         out.append(f"    {s['shift'][key]['why']}")
     for key in ("drafted", "spec_steps"):

@@ -88,3 +88,12 @@ def test_the_0_33_log_predicts_what_0_34s_scheduler_reported(mode: str) -> None:
     assert predicted["rfc"] == measured["rfc"]
     assert old["columns"][0]["rfc"]["drafted"] == measured["rfc"]["drafted"]
     assert predicted["vllm"]["num_draft_tokens"] > old["columns"][0]["vllm"]["num_draft_tokens"]
+
+
+def test_text_names_the_logs_engine() -> None:
+    """A llama.cpp log's counters are llama.cpp's, not vLLM's."""
+    log = Path(__file__).parents[1] / "fixtures" / "llamacpp" / "noise05.steps.ndjson.gz"
+    result = CliRunner().invoke(main, ["version-diff", str(log)])
+    assert result.exit_code == 0, result.output
+    assert "what llama.cpp reports under each release's counting:" in result.output
+    assert "vLLM" not in result.output

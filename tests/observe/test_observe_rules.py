@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from spectally.engine_bridge.observe import promtest, rules
-from spectally.engine_bridge.observe.schemes import SCHEMES
+from spectally.engine_bridge.observe.schemes import FORMER_NAMES, SCHEMES
 from spectally.engine_bridge.observe.timeline import replay_timeline
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"
@@ -51,7 +51,8 @@ def _scrape(path: Path) -> dict[tuple[str, str], float]:
     for family in text_string_to_metric_families(path.read_text()):
         for s in family.samples:
             if s.name.endswith("_total"):
-                out[(s.name, s.labels.get("position", ""))] = s.value
+                name = FORMER_NAMES.get(s.name, s.name)  # committed scrapes: the former name
+                out[(name, s.labels.get("position", ""))] = s.value
     return out
 
 
@@ -155,7 +156,7 @@ def test_alert_fires_when_verified_exceeds_drafted(tmp_path: Path) -> None:
                         "values": "0 3 6 6 6 6",
                     },
                     {
-                        "series": f"spectally:spec_decode_num_verified_tokens_total{labels}",
+                        "series": f"spectally:spec_decode_num_verified_draft_tokens_total{labels}",
                         "values": "0 3 6 9 12 15",
                     },
                     {

@@ -389,3 +389,21 @@ def test_ctrl_c_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
 
     with pytest.raises(KeyboardInterrupt):
         replay_file("x", progress=False, lines=lines())
+
+
+@pytest.mark.parametrize(
+    ("log", "own"),
+    [
+        ("tests/fixtures/llamacpp/noise05.steps.ndjson.gz", "llama.cpp"),
+        ("tests/fixtures/vllm/sim-vllm-0.34.0-sync-so-json-k4.ndjson.gz", "vllm-0.34"),
+        ("tests/fixtures/vllm/draft-noise05-k3-greedy.ndjson.gz", "vllm-legacy"),
+    ],
+)
+def test_report_titles_the_engines_column_with_the_logs_profile(log: str, own: str) -> None:
+    """The text names the profile the log was counted with; the JSON key stays put."""
+    result = replay_file(str(ROOT / log), progress=False)
+    text = render_summary(result)
+    assert f"  totals {own:>27}      rfc" in text
+    assert f"  metrics {own:>26}      rfc" in text
+    assert f"  shift {own} → rfc:" in text
+    assert set(result.summary["totals"]) == {"vllm-legacy", "rfc"}

@@ -112,3 +112,15 @@ def test_the_backport_of_a_0_34_engine_counts_what_the_replay_counts(name: str) 
     result = replay_file(str(FIXTURES / name), progress=False)
     assert result.status == "agree" and result.totals is not None
     assert pub.totals.rfc == result.totals.rfc
+
+
+def test_summary_key_reads_the_verified_counter_under_either_name() -> None:
+    """Committed scrapes and manifests predate the spec's verified name; both names give one key."""
+    summary_key, PREFIX = backport.summary_key, backport.PREFIX
+    assert summary_key(PREFIX + "num_verified_draft_tokens") == "verified_tokens"
+    assert summary_key(PREFIX + "num_verified_tokens") == "verified_tokens"
+    assert summary_key(PREFIX + "num_drafted_tokens") == "drafted_tokens"
+    assert summary_key(PREFIX + "num_verified_draft_tokens_per_pos") is None
+    assert summary_key(PREFIX + "num_verified_tokens_per_pos") is None
+    assert summary_key(PREFIX + "backport_errors") is None
+    assert summary_key("vllm:spec_decode_num_draft_tokens") is None

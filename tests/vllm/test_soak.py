@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from spectally.engine_bridge.vllm.capture.env import venv_python
+from spectally.engine_bridge.vllm.capture.serve_capture import stop_server
 
 
 def _soak(out: Path, *args: str, timeout: float) -> dict[str, object]:
@@ -72,3 +74,14 @@ def test_serving_soak(tmp_path: Path, mode: str) -> None:
     summary = _soak(tmp_path, "--requests", "60", "--clients", "6", "--seconds", "300",
                     *flags, timeout=900)  # fmt: skip
     _check(summary, 60)
+
+
+def test_stop_server_interrupts_the_servers_process_group() -> None:
+    """The stop every serving driver uses (soak, serve-capture, the Prometheus tier): SIGINT to
+    the whole session, so an engine-core child stops with its API server."""
+    code = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    stop_server(proc)
+    assert proc.returncode not in (None, 0)
+    stop_server(proc)  # an exited server: nothing to do
+    stop_server(None)

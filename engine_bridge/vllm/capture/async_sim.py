@@ -43,6 +43,33 @@ EOS = 2  # tiny_models: eos_token_id
 CHOICES = ["import os; import sys; import json", "from typing import Any, Optional"]
 
 
+def open_log(out: Path, name: str, runner: str, seed: int, so_backend: str) -> Path:
+    """Point the recording scheduler of a simulated run (no engine) at a fresh raw step log
+    ``out/name.ndjson``, which `close_log` ends: the driver writes the totals record itself,
+    the backport stays off; ``runner`` and ``seed`` go into the log's header config."""
+    from spectally.engine_bridge.vllm.recorder import state
+
+    raw = out / f"{name}.ndjson"
+    raw.unlink(missing_ok=True)
+    os.environ[state.ENV_PATH] = str(raw)
+    os.environ[state.ENV_TOTALS] = "0"  # this driver appends its own totals record
+    os.environ[state.ENV_SO_BACKEND] = so_backend
+    os.environ[state.ENV_BACKPORT] = "0"
+    os.environ[state.ENV_CONFIG] = json.dumps({"run": name, "runner": runner, "seed": seed})
+    return raw
+
+
+def close_log(raw: Path, gz: Path, totals: list[int]) -> None:
+    """End a simulated run's step log: append the totals record of the scheduler's own stats
+    (``totals``: num_drafts, num_draft_tokens, num_accepted_tokens, then accepted per position;
+    the drivers sum them from ``SchedulerStats``), gzip it reproducibly (mtime 0, so a rerun
+    gives the committed bytes) and remove the raw file."""
+    writer.append_record(str(raw), writer.totals_record("scheduler_stats", totals[:3], totals[3:]))
+    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
+        dst.write(src.read())
+    raw.unlink()
+
+
 class FakeRunner:
     """Seeded stand-in for the model runner and drafter (nothing is computed).
 
@@ -245,14 +272,10 @@ def simulate(
             raise RuntimeError("simulation did not finish")
     sched.shutdown()
     llm.llm_engine.engine_core.shutdown()
-    recorder.append_record(
-        str(raw), writer.totals_record("scheduler_stats", totals[:3], totals[3:])
-    )
-    records = [json.loads(line) for line in raw.read_text().splitlines()]
     gz = out / f"{name}.ndjson.gz"
-    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
-        dst.write(src.read())
-    raw.unlink()
+    close_log(raw, gz, totals)
+    with gzip.open(gz, "rt") as fh:
+        records = [json.loads(line) for line in fh]
     from spectally.engine_bridge.vllm.capture.manifest import backport_totals, check_log, summarize
 
     summary = summarize(records)

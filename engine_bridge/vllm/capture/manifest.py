@@ -19,15 +19,13 @@ from typing import Any
 def backport_totals() -> dict[str, float] | None:
     """The spectally:* counters the backport published in this (engine-core) process."""
     from prometheus_client import REGISTRY
+    from spectally.engine_bridge.vllm.recorder.backport import summary_key
 
     out: dict[str, float] = {}
     for metric in REGISTRY.collect():
-        if not metric.name.startswith("spectally:spec_decode_num_"):
-            continue
-        if metric.name.endswith("_per_pos"):
-            continue
-        key = metric.name.removeprefix("spectally:spec_decode_num_")
-        out[key] = sum(s.value for s in metric.samples if s.name.endswith("_total"))
+        key = summary_key(metric.name)
+        if key is not None:
+            out[key] = sum(s.value for s in metric.samples if s.name.endswith("_total"))
     return out or None
 
 

@@ -69,6 +69,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_server(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop a server started with ``start_new_session=True`` and its children (the engine
+    core): SIGINT to its process group, so vLLM shuts down cleanly and flushes its logs; SIGKILL
+    after 60 s. Nothing to do for a server that has exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _get(url: str, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return str(resp.read().decode())
@@ -206,13 +220,7 @@ def serve_one(cfg: ServeConfig, out: Path, python: str = sys.executable) -> dict
                 time.sleep(1.5)  # let the 1 s stats interval log the wave
                 scrapes.append(_spec_families(_get(base + "/metrics")))
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_server(proc)
             shutil.rmtree(prom_dir, ignore_errors=True)
     text = server_log.read_text(errors="replace")
     (out / f"{cfg.name}.log").write_text(
@@ -240,15 +248,13 @@ def serve_one(cfg: ServeConfig, out: Path, python: str = sys.executable) -> dict
 
 def _spectally_totals(text: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
+    from spectally.engine_bridge.vllm.recorder.backport import summary_key
 
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if not family.name.startswith("spectally:spec_decode_num_"):
-            continue
-        if family.name.endswith("_per_pos"):
-            continue
-        key = family.name.removeprefix("spectally:spec_decode_num_")
-        out[key] = sum(s.value for s in family.samples if s.name.endswith("_total"))
+        key = summary_key(family.name)
+        if key is not None:
+            out[key] = sum(s.value for s in family.samples if s.name.endswith("_total"))
     return out
 
 

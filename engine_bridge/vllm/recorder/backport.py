@@ -10,16 +10,24 @@ request_step stream it writes to the step log; writing a log file is optional)::
 Prometheus counters, next to vLLM's own ``vllm:spec_decode_*`` (labels ``model_name``,
 ``engine``; per-position counters add ``position`` = 0..k-1; exposed with ``_total``):
 
-====================================================  =========================================
-``spectally:spec_decode_num_drafted_tokens``          drafted (RFC: proposed by the drafter,
-                                                      grammar-invalid and AV-skipped included)
-``spectally:spec_decode_num_verified_tokens``         verified (in the target forward pass)
-``spectally:spec_decode_num_accepted_tokens``         accepted (bonus token excluded)
-``spectally:spec_decode_num_spec_steps``              spec steps (same under sync and async)
-``spectally:spec_decode_num_drafted_tokens_per_pos``  per position (prefix counts)
-``spectally:spec_decode_num_verified_tokens_per_pos``
+==========================================================  ===================================
+``spectally:spec_decode_num_drafted_tokens``                drafted (RFC: proposed by the
+                                                            drafter, grammar-invalid and
+                                                            AV-skipped included)
+``spectally:spec_decode_num_verified_draft_tokens``         verified (in the target forward
+                                                            pass)
+``spectally:spec_decode_num_accepted_tokens``               accepted (bonus token excluded)
+``spectally:spec_decode_num_spec_steps``                    spec steps (same under sync and
+                                                            async)
+``spectally:spec_decode_num_drafted_tokens_per_pos``        per position (prefix counts)
+``spectally:spec_decode_num_verified_draft_tokens_per_pos``
 ``spectally:spec_decode_num_accepted_tokens_per_pos``
-====================================================  =========================================
+==========================================================  ===================================
+
+The verified counters carry the specification's name (SPEC.md REP-1, DEC-17: vllm#58340's
+``vllm:spec_decode_num_verified_draft_tokens``) under the ``spectally:`` prefix. Scrapes written
+before they took it name them ``spectally:spec_decode_num_verified_tokens`` (and ``_per_pos``);
+readers accept both (`FORMER_NAMES`, `summary_key`).
 
 and a periodic log line (every ``SPECTALLY_BACKPORT_LOG_INTERVAL`` seconds, default 10; 0 = off)
 with the fields of vLLM's ``SpecDecoding metrics:`` line plus the verified count and spec steps
@@ -65,6 +73,23 @@ logger = logging.getLogger("vllm.spectally.backport")
 ENV_LOG_INTERVAL = "SPECTALLY_BACKPORT_LOG_INTERVAL"
 ENV_PORT = "SPECTALLY_BACKPORT_PORT"
 PREFIX = "spectally:spec_decode_"
+# Former name -> current name of a backport counter (as prometheus_client names a family: no
+# ``_total``). The committed scrapes of real servers (tests/fixtures/vllm/*.prom) carry the former.
+FORMER_NAMES = {
+    PREFIX + "num_verified_tokens": PREFIX + "num_verified_draft_tokens",
+    PREFIX + "num_verified_tokens_per_pos": PREFIX + "num_verified_draft_tokens_per_pos",
+}
+
+
+def summary_key(family: str) -> str | None:
+    """The key a run summary or manifest gives a backport counter family (``verified_tokens``
+    for either verified name, as the committed manifests have it); None for a per-position or
+    foreign family."""
+    family = FORMER_NAMES.get(family, family)
+    if not family.startswith(PREFIX + "num_") or family.endswith("_per_pos"):
+        return None
+    key = family.removeprefix(PREFIX + "num_")
+    return "verified_tokens" if key == "verified_draft_tokens" else key
 
 
 def step_query(mode: Mode, record: dict[str, Any]) -> StepQuery:
@@ -164,11 +189,13 @@ def _metrics() -> _Metrics:
 
             _METRICS = _Metrics(
                 drafted=c("num_drafted_tokens", "Draft tokens proposed (RFC drafted).", labels),
-                verified=c("num_verified_tokens", "Draft tokens the target verified.", labels),
+                verified=c(
+                    "num_verified_draft_tokens", "Draft tokens the target verified.", labels
+                ),
                 accepted=c("num_accepted_tokens", "Draft tokens accepted (RFC).", labels),
                 spec_steps=c("num_spec_steps", "Speculative steps (RFC).", labels),
                 drafted_pos=c("num_drafted_tokens_per_pos", "Drafted per position.", pos),
-                verified_pos=c("num_verified_tokens_per_pos", "Verified per position.", pos),
+                verified_pos=c("num_verified_draft_tokens_per_pos", "Verified per position.", pos),
                 accepted_pos=c("num_accepted_tokens_per_pos", "Accepted per position.", pos),
                 errors=c("backport_errors", "Blocks the backport could not count.", labels),
             )
