@@ -78,7 +78,7 @@ def random_story(
         if live and kv and rng.random() < 0.15:
             engine.preempt(rng.choice(live))  # drop_stale_output as the header says
         if live and reset and rng.random() < 0.1:
-            # May be aborted in the same gap below (issue 12 open item 3).
+            # May be aborted in the same gap below (a preemption between two steps).
             engine.reset_preempt(rng.choice(live))
         if roll > 0.9:  # several things in one gap, an arrival aborted at once among them
             engine.add(f"r{n}", rng.randint(1, 30))

