@@ -35,47 +35,11 @@ from typing import Any
 
 def build(mode: str, k: int) -> Any:
     """A recording scheduler of the installed vLLM, with no engine behind it."""
-    import torch
-    from spectally.engine_bridge.vllm.capture import tiny_models
-    from spectally.engine_bridge.vllm.recorder import recorder
+    from spectally.engine_bridge.vllm.capture.sim_so import recording_scheduler
     from spectally.engine_bridge.vllm.recorder.cpu_async import keep_async_scheduling
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
 
     keep_async_scheduling()
-    models = tiny_models.build()
-    cls = "RecordingAsyncScheduler" if mode == "async" else "RecordingScheduler"
-    args = EngineArgs(
-        model=str(models["target"]),
-        speculative_config={
-            "method": "draft_model",
-            "model": str(models["draft-noise05"]),
-            "num_speculative_tokens": k,
-        },
-        max_model_len=512,
-        enforce_eager=True,
-        async_scheduling=mode == "async",
-        block_size=16,
-        scheduler_cls=f"{recorder.__name__}.{cls}",
-    )
-    vc = args.create_engine_config()
-    blocks = 48
-    vc.cache_config.num_gpu_blocks = blocks  # the engine sets it after profiling
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
-    kv = KVCacheConfig(
-        num_blocks=blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(layer_names=["layer.0"], kv_cache_spec=spec)],
-    )
-    sched_cls = recorder.RecordingAsyncScheduler if mode == "async" else recorder.RecordingScheduler
-    return sched_cls(
-        vllm_config=vc,
-        kv_cache_config=kv,
-        structured_output_manager=StructuredOutputManager(vc),
-        block_size=16,
-        log_stats=True,
-    )
+    return recording_scheduler(mode, k, blocks=48)[0]
 
 
 def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:

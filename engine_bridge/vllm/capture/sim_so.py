@@ -53,6 +53,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from spectally.engine_bridge.vllm.capture import sources
+
 EOS = 2  # tiny_models: eos_token_id
 SCHEMA = {
     "type": "object",
@@ -69,7 +71,8 @@ K = 4
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SPECTALLY_CACHE") or Path.home() / ".cache" / "spectally")
+    """$SPECTALLY_CACHE, default ~/.cache/spectally (where sources.py puts the releases)."""
+    return sources.cache_dir()
 
 
 def python_path(version: str, repo: Path) -> str:
@@ -98,6 +101,18 @@ def allow_cpu_config() -> None:
 def build(mode: str, k: int) -> tuple[Any, Any]:
     """A recording scheduler of the installed vLLM with xgrammar structured outputs, and the
     ``StructuredOutputManager`` it uses; no engine."""
+    allow_cpu_config()
+    return recording_scheduler(mode, k, blocks=40, structured_backend="xgrammar")
+
+
+def recording_scheduler(
+    mode: str, k: int, blocks: int, structured_backend: str | None = None
+) -> tuple[Any, Any]:
+    """The installed vLLM's recording ``Scheduler`` / ``AsyncScheduler`` over the tiny target
+    and draft_model drafter, with ``blocks`` KV blocks, and its ``StructuredOutputManager``.
+
+    ``EngineArgs(...).create_engine_config()`` builds a genuine ``VllmConfig``; a one-group
+    ``KVCacheConfig`` stands in for the one the engine profiles (no engine is built)."""
     import torch
     from spectally.engine_bridge.vllm.capture import tiny_models
     from spectally.engine_bridge.vllm.recorder import recorder
@@ -105,9 +120,11 @@ def build(mode: str, k: int) -> tuple[Any, Any]:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    allow_cpu_config()
     models = tiny_models.build()
     cls = "RecordingAsyncScheduler" if mode == "async" else "RecordingScheduler"
+    extra: dict[str, Any] = {}
+    if structured_backend is not None:
+        extra["structured_outputs_config"] = {"backend": structured_backend}
     args = EngineArgs(
         model=str(models["target"]),
         speculative_config={
@@ -119,11 +136,10 @@ def build(mode: str, k: int) -> tuple[Any, Any]:
         enforce_eager=True,
         async_scheduling=mode == "async",
         block_size=16,
-        structured_outputs_config={"backend": "xgrammar"},
+        **extra,
         scheduler_cls=f"{recorder.__name__}.{cls}",
     )
     vc = args.create_engine_config()
-    blocks = 40
     vc.cache_config.num_gpu_blocks = blocks  # the engine sets it after profiling
     spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
     kv = KVCacheConfig(
