@@ -287,10 +287,8 @@ def simulate(
 
 def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
     """Agreeing runs join ``runs``; a diverging one goes to ``known_divergences`` with why."""
-    from spectally.engine_bridge.vllm.capture.manifest import manifest_numbers
+    from spectally.engine_bridge.vllm.capture.manifest import manifest_numbers, merge_run
 
-    path = out / "MANIFEST.json"
-    manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
     entry = {
         "file": s["file"],
         "runner": "simulated: real RecordingAsyncScheduler, fake model runner (async_sim.py)",
@@ -314,13 +312,7 @@ def add_to_manifest(out: Path, s: dict[str, Any], argv: list[str]) -> None:
             "3 discarded_stale blocks the engine dropped. The per-preemption value is in the "
             "preempt records' meta.drop_stale_output."
         )
-    for other in ("runs", "known_divergences"):
-        manifest[other] = [
-            e for e in manifest.get(other, []) if e["file"].split("/")[-1] != s["file"]
-        ]
-    manifest[key].append(entry)
-    manifest[key].sort(key=lambda e: e["file"])
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    merge_run(out, entry, key)
 
 
 def main(argv: list[str] | None = None) -> int:

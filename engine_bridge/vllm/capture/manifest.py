@@ -136,6 +136,22 @@ def manifest_numbers(s: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def merge_run(out: Path, entry: dict[str, Any], section: str = "runs") -> None:
+    """Merge one driver's run into ``OUT/MANIFEST.json``: ``entry`` joins ``section``, sorted by
+    file, in place of any earlier entry for a file of the same name in either section (a rerun
+    whose verdict changed moves between ``runs`` and ``known_divergences``)."""
+    path = out / "MANIFEST.json"
+    manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    name = entry["file"].split("/")[-1]
+    for other in ("runs", "known_divergences"):
+        if other in manifest or other == section:
+            kept = manifest.get(other, [])
+            manifest[other] = [e for e in kept if e["file"].split("/")[-1] != name]
+    manifest[section].append(entry)
+    manifest[section].sort(key=lambda e: e["file"])
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
 def write_manifest(out_dir: Path, summaries: list[dict[str, Any]], argv: list[str]) -> Path:
     import platform
 

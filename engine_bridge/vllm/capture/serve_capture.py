@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
-from spectally.engine_bridge.vllm.capture.manifest import check_log, summarize
+from spectally.engine_bridge.vllm.capture.manifest import check_log, merge_run, summarize
 
 MARKER = "SpecDecoding metrics:"
 SPEC_PREFIXES = ("vllm:spec_decode_", "spectally:spec_decode_")
@@ -282,8 +282,6 @@ def _importer_findings(out: Path, name: str) -> dict[str, Any]:
 
 def add_to_manifest(out: Path, s: dict[str, Any], cfg: ServeConfig) -> None:
     """Merge the run into ``OUT/MANIFEST.json`` (``runs``; artifacts listed)."""
-    path = out / "MANIFEST.json"
-    manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
     keys = (
         "proposed", "padding", "grammar_valid", "scheduled", "steps", "blocks",
         "grammar_cut_to_zero", "outcomes", "events", "step_stats_equal_totals",
@@ -307,10 +305,7 @@ def add_to_manifest(out: Path, s: dict[str, Any], cfg: ServeConfig) -> None:
         },
         "importers": s["importers"],
     }
-    manifest["runs"] = [e for e in manifest.get("runs", []) if e["file"] != s["file"]]
-    manifest["runs"].append(entry)
-    manifest["runs"].sort(key=lambda e: e["file"])
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    merge_run(out, entry)
 
 
 def main(argv: list[str] | None = None) -> int:

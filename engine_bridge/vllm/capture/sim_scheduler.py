@@ -119,10 +119,8 @@ def simulate(out: Path, mode: str, seed: int = 0, k: int = 3) -> Path:
 
 def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
     """Merge the run into ``OUT/MANIFEST.json`` (``runs``)."""
-    from spectally.engine_bridge.vllm.capture.manifest import manifest_numbers
+    from spectally.engine_bridge.vllm.capture.manifest import manifest_numbers, merge_run
 
-    path = out / "MANIFEST.json"
-    manifest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"runs": []}
     version = summary["header"]["engine_version"]
     entry = {
         "file": summary["file"],
@@ -134,10 +132,7 @@ def add_to_manifest(out: Path, summary: dict[str, Any], mode: str) -> None:
         "--manifest",
         **manifest_numbers(summary),
     }
-    manifest["runs"] = [e for e in manifest.get("runs", []) if e["file"] != entry["file"]]
-    manifest["runs"].append(entry)
-    manifest["runs"].sort(key=lambda e: e["file"])
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    merge_run(out, entry)
 
 
 def main(argv: list[str] | None = None) -> int:
