@@ -26,17 +26,19 @@ import gzip
 import io
 import json
 import math
+import operator
 import os
 import re
 import stat
 import sys
 import zlib
 from collections.abc import Iterator
+from itertools import accumulate, count
 from typing import Any, BinaryIO, cast
 
 from spectally.reference.errors import SpectallyError
 
-from .limits import MAX_DEPTH, MAX_INT, MAX_LINE_BYTES, digits_too_long
+from .limits import MAX_DEPTH, MAX_INT, MAX_INT_DIGITS, MAX_LINE_BYTES, digits_too_long
 
 
 class BadInput(SpectallyError):
@@ -143,6 +145,8 @@ def too_deep(line: bytes | str) -> int | None:
     """0-based offset of the first bracket nested deeper than MAX_DEPTH, None if none (brackets
     inside JSON strings do not count)."""
     data = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
+    if _max_depth(data) <= MAX_DEPTH:
+        return None  # the usual answer, from C-level passes (a file of many values is long)
     depth = 0
     for m in _TOKENS.finditer(data):
         c = data[m.start()]
@@ -153,6 +157,18 @@ def too_deep(line: bytes | str) -> int | None:
         elif c in (0x5D, 0x7D):
             depth -= 1
     return None
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # what `_TOKENS` takes as a string
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # the depth change, plus one
+
+
+def _max_depth(data: bytes) -> int:
+    """The deepest nesting of brackets outside strings (the brackets `too_deep` reads): the
+    running sum of +1 / -1 per bracket, its maximum, without a Python step per byte."""
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS).translate(_OPEN_CLOSE)
+    return max(map(operator.sub, accumulate(brackets), count(1)), default=0)
 
 
 def check_line(path: str, lineno: int, line: bytes) -> None:
@@ -280,7 +296,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _int(digits: str) -> int:
-    if digits_too_long(digits):
+    if len(digits) >= MAX_INT_DIGITS and digits_too_long(digits):  # shorter ones always fit
         shown = digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} digits)"
         raise _Reject(f"integer {shown} exceeds the limit 2**63 - 1 = {MAX_INT}", digits)
     return int(digits)
