@@ -293,7 +293,8 @@ def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: 
 @_quiet
 def requests_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: bool) -> None:
     """Check per-request spec-decode metrics (RequestOutput dumps or OpenAI-API responses);
-    'detailed' per-step lists are replayed through the reference."""
+    'detailed' per-step lists are replayed through the reference's step rules."""
     from .importers import requests
+    from .replay.detailed import replay_requests
 
-    _run_import(lambda: requests.check_files(list(files), metrics), as_json, quiet)
+    _run_import(lambda: requests.check_files(list(files), metrics, replay_requests), as_json, quiet)

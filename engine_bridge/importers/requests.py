@@ -11,8 +11,10 @@ Metrics fields: ``num_spec_steps`` (= Σ histogram), ``num_draft_tokens``,
 ``num_accepted_draft_tokens``, ``acceptance_histogram`` (length k+1), ``mean_acceptance_length``
 (1 + accepted/steps, 1.0 with no step), ``draft_acceptance_rate`` (accepted/drafted, 0.0 with
 none), ``num_spec_tokens``; ``detailed`` adds ``per_step_accepted`` / ``per_step_drafted``,
-which are replayed through the reference engine one step per entry, and whose per-request
-legacy counters must equal the summary fields. Σ over requests reconciles with the Prometheus
+which are replayed one legacy block per entry (`replay_steps`: through a reference engine of
+the request's own; `spectally import requests` runs replay/detailed.py, the same rules over
+columns with this as its fallback), and whose per-request legacy counters must equal the
+summary fields. Σ over requests reconciles with the Prometheus
 totals (num_spec_steps ↔ num_drafts, num_draft_tokens, num_accepted_draft_tokens ↔
 num_accepted_tokens, histogram tails ↔ per-position accepted).
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +32,6 @@ from spectally.reference.events import (
     Accept,
     AddRequest,
     Event,
-    Finish,
     GrammarReject,
     Propose,
     StepBegin,
@@ -186,22 +188,39 @@ def _validate(r: RequestMetrics) -> None:
     why = k_error("num_spec_tokens", m["num_spec_tokens"])
     if why is not None:  # before the histograms of length k + 1 are built
         raise BadInput(r.path, r.line, 1, f"{r.request}: {why}")
-    hist = m["acceptance_histogram"]
-    if not isinstance(hist, list) or any(type(v) is not int or v < 0 for v in hist):
+    if not _counts(m["acceptance_histogram"]):
         raise BadInput(
             r.path, r.line, 1, f"{r.request}: acceptance_histogram must be a list of ints >= 0"
         )
     for name in ("per_step_accepted", "per_step_drafted"):
         v = m.get(name)
-        if v is not None and (
-            not isinstance(v, list) or any(type(x) is not int or x < 0 for x in v)
-        ):
+        if v is not None and not _counts(v):
             raise BadInput(r.path, r.line, 1, f"{r.request}: {name} must be a list of ints >= 0")
 
 
+def _counts(value: Any) -> bool:
+    """Whether ``value`` is a list of ints >= 0 (bool is no int here), in C-level passes: the
+    detailed lists of a large file hold millions of entries."""
+    return isinstance(value, list) and set(map(type, value)) <= {int} and min(value, default=0) >= 0
+
+
+@dataclass(frozen=True)
+class StepReplay:
+    """What the replay of one request's detailed steps found: ``problem`` None when the
+    reference agrees with the reported counters, else what it refuses."""
+
+    problem: str | None
+
+
+# Many requests' detailed steps replayed at once, one result per request, in order (the
+# reference one by one, `reference_replays`; or replay/detailed.py, the same results faster).
+Replays = Callable[[Sequence[RequestMetrics]], list[StepReplay]]
+
+
 # [REP-3] the per-request payload sent when the request finishes
-def check_request(r: RequestMetrics, engine: Engine | None = None) -> list[Finding]:
-    """Internal consistency of one request's metrics, and the replay of its detailed steps."""
+def check_request(r: RequestMetrics, replay: StepReplay | None = None) -> list[Finding]:
+    """Internal consistency of one request's metrics, with ``replay``: what the replay of
+    its detailed steps found (None: not replayed, `replayable` is false)."""
     _validate(r)
     m = r.metrics
     k = m["num_spec_tokens"]
@@ -262,17 +281,12 @@ def check_request(r: RequestMetrics, engine: Engine | None = None) -> list[Findi
     replayed = ""
     if per_acc is not None or per_dr is not None:
         bad.extend(_check_detailed(r, k, steps, drafted, accepted, hist, per_acc, per_dr))
-        if (
-            engine is not None
-            and per_acc is not None
-            and per_dr is not None
-            and len(per_acc) == len(per_dr)
-        ):
-            problem = _replay_steps(engine, r, k, per_acc, per_dr, steps, drafted, accepted)
-            if problem is not None:
-                bad.append(("detailed replay", problem))
-            else:
-                replayed = f"; {len(per_acc)} detailed steps replayed through the reference"
+        if replay is not None and replay.problem is not None:
+            bad.append(("detailed replay", replay.problem))
+        elif replay is not None and per_acc is not None:
+            replayed = (
+                f"; {len(per_acc)} detailed steps replayed through the reference's step rules"
+            )
     findings = [Finding(r.path, r.line, VIOLATION, c, f"{r.request}: {msg}") for c, msg in bad]
     if not bad:
         findings.append(
@@ -324,26 +338,34 @@ def _check_detailed(
     return bad
 
 
-def _replay_steps(
-    engine: Engine,
-    r: RequestMetrics,
-    k: int,
-    per_acc: list[int],
-    per_dr: list[int],
-    steps: int,
-    drafted: int,
-    accepted: int,
-) -> str | None:
-    """Each detailed entry as one legacy block; None when the reference agrees.
+def replayable(r: RequestMetrics) -> bool:
+    """Whether the request's detailed steps can be replayed: both lists, of one length, and
+    a drafter (k >= 1). `_validate` has passed."""
+    m = r.metrics
+    per_acc, per_dr = m.get("per_step_accepted"), m.get("per_step_drafted")
+    return (
+        m["num_spec_tokens"] >= 1
+        and per_acc is not None
+        and per_dr is not None
+        and len(per_acc) == len(per_dr)
+    )
+
+
+def replay_steps(r: RequestMetrics) -> StepReplay:
+    """Each detailed entry of a `replayable` request as one legacy block, through a
+    reference engine of its own (so the result is the request's alone).
 
     A step that drafted d > 0 and accepted a is Propose(d), Verify(d), Accept(a). vLLM also
     counts async steps whose drafts were all grammar-invalid (drafted 0): one scheduled slot,
     rejected by the grammar after the forward pass (structured request, async engine).
     """
-    if engine.config.k != k:
-        return f"num_spec_tokens {k} differs from the first request's {engine.config.k}"
-    rid = f"{r.path}:{r.line}:{r.request}"
-    step = (engine.current_step or 0) + 1
+    m = r.metrics
+    k: int = m["num_spec_tokens"]
+    per_acc: list[int] = m["per_step_accepted"]
+    per_dr: list[int] = m["per_step_drafted"]
+    engine = Engine(EngineConfig(Mode.ASYNC, k), check=False)
+    rid = r.request
+    step = 1
     try:
         engine.apply(StepBegin(step))
         engine.apply(AddRequest(rid, step, structured=True))
@@ -359,26 +381,36 @@ def _replay_steps(
             for event in events:
                 engine.apply(event)
     except IllegalEvent as exc:
-        return f"step {step}: the reference rejects {exc.event!r}: {exc.reason}"
+        why = f"detailed step {step}: the reference rejects {exc.event!r}: {exc.reason}"
+        return StepReplay(why)
     c = engine.requests[rid].counters.legacy
-    want = (steps, drafted, accepted)
+    want = (m["num_spec_steps"], m["num_draft_tokens"], m["num_accepted_draft_tokens"])
     got = (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens)
     if got != want:
-        return f"replayed legacy counters (steps, drafted, accepted) {got} != reported {want}"
-    engine.apply(Finish(rid, step))
-    return None
+        return StepReplay(
+            f"replayed legacy counters (steps, drafted, accepted) {got} != reported {want}"
+        )
+    return StepReplay(None)
 
 
-def check_files(paths: list[str], metrics: str | None = None) -> list[Finding]:
+def reference_replays(requests: Sequence[RequestMetrics]) -> list[StepReplay]:
+    """`replay_steps` of each request: the reference, one event at a time."""
+    return [replay_steps(r) for r in requests]
+
+
+def check_files(
+    paths: list[str], metrics: str | None = None, replays: Replays = reference_replays
+) -> list[Finding]:
+    """Every request of ``paths`` checked, its detailed steps replayed by ``replays``, and
+    with ``metrics`` the sums reconciled with a final Prometheus scrape."""
     requests = read_requests(paths)
-    findings: list[Finding] = []
-    engine: Engine | None = None
     for r in requests:
-        _validate(r)  # k within limits.MAX_K before the engine sizes anything by it
-        k = r.metrics["num_spec_tokens"]
-        if engine is None and k >= 1:
-            engine = Engine(EngineConfig(Mode.ASYNC, k), check=False)
-        findings.extend(check_request(r, engine))
+        _validate(r)  # k within limits.MAX_K before anything is sized by it
+    detailed = [i for i, r in enumerate(requests) if replayable(r)]
+    replayed = dict(zip(detailed, replays([requests[i] for i in detailed]), strict=True))
+    findings: list[Finding] = []
+    for i, r in enumerate(requests):
+        findings.extend(check_request(r, replayed.get(i)))
     if metrics is not None:
         findings.extend(reconcile(requests, metrics))
     return findings

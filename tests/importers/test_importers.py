@@ -323,6 +323,29 @@ def test_offline_request_outputs_with_detailed_steps(tmp_path: Path) -> None:
     assert "3 detailed steps replayed through the reference" in findings[0].message
 
 
+def test_many_detailed_requests_through_the_command(tmp_path: Path) -> None:
+    """Enough detailed steps for the columnar replay (replay/detailed.py): every request is
+    replayed, and one whose last step accepts a token after an all-invalid step is named."""
+    steps = [(2, 3), (0, 3), (0, 0), (3, 3)] * 4
+    metrics = request_metrics(steps, 3)
+    lines = [
+        json.dumps({"id": f"cmpl-{i}", "metrics": {"speculative_decoding": metrics}})
+        for i in range(300)
+    ]
+    bad = request_metrics([*steps[:-1], (1, 0)], 3)  # its sums agree: only the replay sees it
+    lines[123] = json.dumps({"id": "cmpl-bad", "metrics": {"speculative_decoding": bad}})
+    path = tmp_path / "responses.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(import_group, ["requests", "--json", str(path)])
+    assert result.exit_code == 1, result.output
+    findings = json.loads(result.stdout)
+    bad_ones = [f for f in findings if f["verdict"] == VIOLATION]
+    assert [(f["line"], f["check"]) for f in bad_ones] == [(124, "detailed replay")]
+    assert "cmpl-bad: detailed step 16: the reference rejects" in bad_ones[0]["message"]
+    replayed = [f for f in findings if "16 detailed steps replayed" in f["message"]]
+    assert len(replayed) == 299
+
+
 def test_openai_responses_ndjson_and_reconciliation(tmp_path: Path) -> None:
     eng = Engine(3)
     per_request = [[(2, 3), (1, 3)], [(3, 3)]]
@@ -373,8 +396,8 @@ def test_request_metric_violations(field: str, value: Any, check: str) -> None:
     m = request_metrics([(2, 3), (0, 3), (3, 3)], 3)
     m[field] = value
     r = requests.RequestMetrics("f", 1, "r", m)
-    engine = requests.Engine(requests.EngineConfig(requests.Mode.ASYNC, 3), check=False)
-    assert check in {f.check for f in requests.check_request(r, engine) if f.verdict == VIOLATION}
+    replay = requests.replay_steps(r) if requests.replayable(r) else None
+    assert check in {f.check for f in requests.check_request(r, replay) if f.verdict == VIOLATION}
 
 
 def test_requests_bad_json(tmp_path: Path) -> None:
