@@ -101,31 +101,13 @@ def _agreement(k: int, metrics: list[dict[str, Any]]) -> list[bool]:
     accepted = np.fromiter(chain.from_iterable(per_acc), np.int64, total)
     drafted = np.fromiter(chain.from_iterable(per_dr), np.int64, total)
     owner = np.repeat(np.arange(len(metrics)), lengths)
-    slots = np.maximum(drafted, 1)
-    null = np.full(total, NULL, np.int64)
-    yes, no = np.ones(total, np.bool_), np.zeros(total, np.bool_)
-    columns = BlockColumns(
-        proposed=slots,
-        padding=np.zeros(total, np.int64),
-        grammar_valid=null,
-        scheduled=slots,
-        invalid=slots - drafted,
-        verified=null,
-        accepted=accepted,
-        sampled=accepted + 1,
-        delivered=null,
-        applied=yes,
-        structured=yes,
-        stale=no,
-    )
-    per_block: tuple[Ints, ...] = (null, null, null)  # no block: nothing to sum
-    if total:
-        legacy = check_blocks(Mode.ASYNC, k, columns).legacy
-        per_block = legacy.unpacked(k) if isinstance(legacy, Lanes) else legacy
-    sums = [
-        np.bincount(owner, weights=column, minlength=len(metrics)).astype(np.int64)
-        for column in per_block
-    ]
+    sums = np.zeros((3, len(metrics)), np.int64)
+    # One request may hold more blocks than a batch: the rules see slices of `BATCH_BLOCKS`,
+    # so their temporaries stay that size, and the sums add up over the slices.
+    for start in range(0, total, BATCH_BLOCKS):
+        at = slice(start, start + BATCH_BLOCKS)
+        for row, column in zip(sums, _legacy_counts(k, accepted[at], drafted[at]), strict=True):
+            row += np.bincount(owner[at], weights=column, minlength=len(metrics)).astype(np.int64)
     reported = [
         np.array([m[name] for m in metrics], dtype=np.int64)
         for name in ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")
@@ -135,3 +117,28 @@ def _agreement(k: int, metrics: list[dict[str, Any]]) -> list[bool]:
         same &= got == want
     agrees: list[bool] = same.tolist()
     return agrees
+
+
+def _legacy_counts(k: int, accepted: Ints, drafted: Ints) -> tuple[Ints, ...]:
+    """Each block's legacy counts (num_drafts, num_draft_tokens, num_accepted_tokens) as
+    the rules give them (`Irregular` when they refuse a block)."""
+    size = len(drafted)
+    slots = np.maximum(drafted, 1)
+    null = np.full(size, NULL, np.int64)
+    yes = np.ones(size, np.bool_)
+    columns = BlockColumns(
+        proposed=slots,
+        padding=np.zeros(size, np.int64),
+        grammar_valid=null,
+        scheduled=slots,
+        invalid=slots - drafted,
+        verified=null,
+        accepted=accepted,
+        sampled=accepted + 1,
+        delivered=null,
+        applied=yes,
+        structured=yes,
+        stale=np.zeros(size, np.bool_),
+    )
+    legacy = check_blocks(Mode.ASYNC, k, columns).legacy
+    return legacy.unpacked(k) if isinstance(legacy, Lanes) else legacy

@@ -19,10 +19,10 @@ from spectally.engine_bridge.replay import detailed
 
 @pytest.fixture(autouse=True)
 def every_size_columnar(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The columnar path at any size, in small batches, so splitting a refused batch and
-    batches of several k are exercised by a few requests."""
+    """The columnar path at any size, in small batches and slices, so splitting a refused
+    batch, slicing a request and batches of several k are exercised by a few requests."""
     monkeypatch.setattr(detailed, "MIN_BLOCKS", 0)
-    monkeypatch.setattr(detailed, "BATCH_BLOCKS", 8)
+    monkeypatch.setattr(detailed, "BATCH_BLOCKS", 4)  # a request of 5 or 6 steps is sliced
     monkeypatch.setattr(detailed, "SPLIT_MIN", 2)
 
 
@@ -82,6 +82,9 @@ def test_agreeing_requests_never_reach_the_reference(monkeypatch: pytest.MonkeyP
         return requests.replay_steps(r)
 
     monkeypatch.setattr(detailed, "replay_steps", counting)
+    monkeypatch.setattr(detailed, "BATCH_BLOCKS", 3)  # each request's 4 blocks in two slices
+    assert detailed.replay_requests(batch) == [StepReplay(None)] * 20
+    assert called == []
     monkeypatch.setattr(detailed, "BATCH_BLOCKS", 1 << 16)  # the 20 requests in one batch
     assert detailed.replay_requests(batch) == [StepReplay(None)] * 20
     assert called == []
