@@ -7,7 +7,9 @@
 - ``columnar/``: the second judge of the same question, over whole arrays, for large logs;
 - ``accounts``: step accounts and the end-of-log comparisons both judges share;
 - ``report``: divergences as data and their rendering, once, at the end (``Divergence``,
-  ``ReplayResult``).
+  ``ReplayResult``);
+- ``detailed``: the per-request detailed steps of ``spectally import requests``, as columns
+  through the columnar block rules, the reference as fallback (imported by its command only).
 
 ``__all__`` below is what code outside the package imports.
 """
