@@ -28,7 +28,7 @@ import gzip
 import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, BinaryIO, Literal, cast
 
@@ -427,7 +427,6 @@ def _from_dict(rec: Record) -> Any:
 
 OUTCOME_CODE = {name: code for code, name in enumerate(OUTCOMES)}
 SCAN = True  # False: every line through the typed decoder (benchmarks, tests)
-_BLOCK_FIELDS = attrgetter(*COLUMNS)
 _STEP = attrgetter("step")
 
 
@@ -437,8 +436,9 @@ class Lines:
     works on. ``values`` holds a request_step line's `colscan.COLUMNS` (nulls `NULL`, no
     ``delivered`` `ABSENT`) and every other line's step in column 0 (header, totals: 0);
     ``outcome`` its index in `OUTCOMES` and ``rid`` its request id's index in ``ids`` (-1 on
-    other lines). ``objs`` holds the decoded record of every line the scanner did not take
-    (structs; header and totals: the dicts of `records.parse_line`)."""
+    other lines). ``objs`` holds the decoded record of every other line (structs; header and
+    totals: the dicts of `records.parse_line`); a request_step line's record is its row
+    (`record` builds the struct again)."""
 
     kinds: Kinds
     values: Ints
@@ -567,39 +567,71 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
             text = b"".join([view[a:b] for a, b in bounds])
         else:
             text = bytes(chunk)
-    else:
-        text = bytes(chunk)
-        n = text.count(b"\n") + (len(text) > 0 and not text.endswith(b"\n"))
-        lines = Lines(
-            np.zeros(n, np.int8),
-            np.zeros((n, len(COLUMNS)), np.int64),
-            np.full(n, -1, np.int64),
-            np.full(n, -1, np.int64),
-            [],
-            {},
-        )
-        rest = np.arange(n, dtype=np.int64)
-    records, rest_kinds = decode_chunk(path, first_line + int(rest[0]), text)
-    lines.kinds[rest] = rest_kinds
-    lines.objs = dict(zip(rest.tolist(), records, strict=True))
-    has_step = rest_kinds <= 2  # request_step, request, step_stats
-    stepped = itemgetter_list(records, np.flatnonzero(has_step))
-    lines.values[rest[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
-    at = np.flatnonzero(rest_kinds == 0)
-    if len(at):
-        _block_rows(lines, rest[at], itemgetter_list(records, at))
+        records, kinds = decode_chunk(path, first_line + int(rest[0]), text)
+        lines.kinds[rest] = kinds
+        _fill(lines, rest, records, kinds)
+        return lines
+    records, kinds = decode_chunk(path, first_line, bytes(chunk))
+    n = len(records)  # one per line (`decode_chunk`)
+    lines = Lines(
+        kinds,
+        np.zeros((n, len(COLUMNS)), np.int64),
+        np.full(n, -1, np.int64),
+        np.full(n, -1, np.int64),
+        [],
+        {},
+    )
+    _fill(lines, None, records, kinds)
     return lines
 
 
+def _fill(lines: Lines, rest: Ints | None, records: list[Any], kinds: Kinds) -> None:
+    """The columns of lines ``rest`` (None: every line) from their decoded ``records``
+    (``kinds``, `KIND`): a request_step's row (`_block_rows`), every other record in
+    ``objs`` and its step (header, totals: none) in column 0."""
+    block = kinds == 0
+    others = np.flatnonzero(~block)
+    other_records = itemgetter_list(records, others)
+    where = others if rest is None else rest[others]
+    lines.objs = dict(zip(where.tolist(), other_records, strict=True))
+    has_step = kinds[others] <= 2  # request, step_stats (header and totals: dicts)
+    stepped = list(compress(other_records, has_step.tolist()))
+    lines.values[where[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
+    if len(others) < len(records):
+        blocks = list(compress(records, block.tolist()))
+        at = np.flatnonzero(block)
+        _block_rows(lines, at if rest is None else rest[at], blocks)
+
+
+# What a nullable column holds where its line has null, or no such key (`delivered`): the
+# mark, looked up by identity (an int is never equal to either); any other value is itself.
+_MARKS: dict[Any, int] = {None: NULL, msgspec.UNSET: ABSENT}
+_NULLABLE = frozenset(("grammar_valid", "invalid", "verified", "delivered"))
+_COLUMN_GETTERS = tuple((attrgetter(name), name in _NULLABLE) for name in COLUMNS)
+_OUTCOME = attrgetter("outcome")
+_REQUEST = attrgetter("request")
+
+
 def _block_rows(lines: Lines, at: Ints, blocks: list[Any]) -> None:
-    """The columns of request_step lines the typed decoder decoded (lines ``at``)."""
-    flat = [
-        NULL if v is None else ABSENT if v is msgspec.UNSET else v
-        for rec in blocks
-        for v in _BLOCK_FIELDS(rec)
-    ]
-    lines.values[at] = np.array(flat, dtype=np.int64).reshape(len(blocks), len(COLUMNS))
-    lines.outcome[at] = [OUTCOME_CODE[rec.outcome] for rec in blocks]
+    """The columns of request_step lines the typed decoder decoded (lines ``at``), one
+    column at a time over all of them (C iterators: a Python loop over the records, testing
+    every value for null, took longer than the decoding itself)."""
+    n = len(blocks)
+    rows = np.empty((n, len(COLUMNS)), np.int64)
+    for j, (get, nullable) in enumerate(_COLUMN_GETTERS):
+        if nullable:
+            column = list(map(get, blocks))
+            rows[:, j] = np.fromiter(map(_MARKS.get, column, column), np.int64, n)
+        else:
+            rows[:, j] = np.fromiter(map(get, blocks), np.int64, n)
+    lines.values[at] = rows
+    lines.outcome[at] = np.fromiter(
+        map(OUTCOME_CODE.__getitem__, map(_OUTCOME, blocks)), np.int64, n
+    )
+    # the request ids in order of first appearance, after the ones the lines have
+    ids = list(map(_REQUEST, blocks))
     index = {name: i for i, name in enumerate(lines.ids)}
-    lines.rid[at] = [index.setdefault(rec.request, len(index)) for rec in blocks]
+    for name in dict.fromkeys(ids):
+        index.setdefault(name, len(index))
+    lines.rid[at] = np.fromiter(map(index.__getitem__, ids), np.int64, n)
     lines.ids = list(index)
