@@ -4,7 +4,7 @@ imports for a command. (benchmarks/bench_startup.py measures the cost as ratios.
 * the command line (``--help``, ``step``, every ``--help`` of a lazily loaded command) imports
   none of numba, numpy, msgspec, jsonschema;
 * a replay of a log under `dispatch.REFERENCE_MAX_BYTES` imports neither numpy nor msgspec (the
-  reference replay judges it directly);
+  reference replay judges it directly), nor, its records valid, jsonschema;
 * a replay of a log below `colread.JIT_MIN_LOG_BYTES` does not import numba (its import and the
   kernels' loading cost more than the compiled scanner saves on such a log).
 
@@ -78,12 +78,13 @@ def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
     assert SCAN_MIN_BYTES < log.stat().st_size < JIT_MIN_LOG_BYTES
     loaded = heavy_modules("replay", str(log))
     assert "numpy" in loaded and "numba" not in loaded  # the columnar path ran, uncompiled
+    assert "jsonschema" not in loaded  # a valid header and totals: no validator
 
 
 def test_a_tiny_replay_imports_neither_numpy_nor_msgspec() -> None:
     """A log under `dispatch.REFERENCE_MAX_BYTES` goes to the reference replay directly."""
     assert (source.log_bytes(str(LOG)) or 0) < REFERENCE_MAX_BYTES
-    assert heavy_modules("replay", str(LOG)) == ["jsonschema"]  # the header's validation
+    assert heavy_modules("replay", str(LOG)) == []  # the header checked without jsonschema
 
 
 def test_log_bytes_reads_a_gzip_files_length(tmp_path: Path) -> None:
