@@ -11,10 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import platform
 import sys
-import tempfile
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -163,6 +160,11 @@ def guarded(run: Callable[[], Any], args: Sequence[str] | None = None) -> ExitCo
 
 def write_report(exc: BaseException, args: Sequence[str] | None) -> str:
     """The full report of an internal error, in a fresh temp file; returns its path."""
+    # Imported here, the one place that needs them: every command's start-up skips them.
+    import platform
+    import tempfile
+    import traceback
+
     argv = list(args) if args is not None else sys.argv[1:]
     fd, path = tempfile.mkstemp(prefix="spectally-internal-error-", suffix=".txt")
     with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -12,10 +12,10 @@ jsonschema (~0.05 s of a replay's start-up).
 from __future__ import annotations
 
 import json
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from .limits import k_error, version_error
@@ -34,9 +34,11 @@ Record = dict[str, Any]
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
-    """The step-log JSON Schema shipped with the spec package."""
-    text = resources.files("spectally.spec").joinpath("step_log.schema.json").read_text("utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    """The step-log JSON Schema shipped with the spec package. (Read through its loader:
+    importlib.resources would import tempfile, shutil, zipfile and more into every replay.)"""
+    data = pkgutil.get_data("spectally.spec", "step_log.schema.json")
+    assert data is not None  # a package's loader reads files (the spec package is one)
+    schema: dict[str, Any] = json.loads(data)
     return schema
 
 
