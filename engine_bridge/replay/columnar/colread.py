@@ -48,6 +48,8 @@ from .colscan import OUTCOMES as OUTCOMES
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
+Bytes = np.ndarray[Any, np.dtype[np.uint8]]
+Positions = np.ndarray[Any, np.dtype[np.intp]]
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 RequestId = Annotated[str, msgspec.Meta(min_length=1)]
@@ -265,6 +267,15 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
     anywhere in the chunk does too: msgspec reads U+FEFF inside a string as any character,
     the reference's line check (`source.check_line`) refuses it outside the input's first
     bytes (encoded surrogates, the line check's other byte test, msgspec refuses itself)."""
+    records, kinds, _ = _decode_chunk(path, first_line, chunk)
+    return records, kinds
+
+
+def _decode_chunk(
+    path: str, first_line: int, chunk: bytes
+) -> tuple[list[Any], Kinds, list[Any] | None]:
+    """`decode_chunk`, and the request_step records in line order where the whole-chunk check
+    (`_keys_match`) collected them (else None)."""
     if not chunk.isascii() and BOM in chunk:  # one pass for an ASCII chunk, the usual one
         raise Irregular("a byte-order mark inside the log")
     records: list[Any] | None
@@ -272,8 +283,9 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
         records = _DECODER.decode_lines(chunk)
     except (msgspec.DecodeError, msgspec.ValidationError):
         records = None
-    kinds = _keys_match(chunk, records) if records is not None else None
-    if records is not None and kinds is not None:
+    matched = _keys_match(chunk, records) if records is not None else None
+    if records is not None and matched is not None:
+        kinds, blocks = matched
         n = len(records)
         if n and type(records[0]) is HeaderLine:
             records[0] = _reparse(path, first_line, chunk[: chunk.find(b"\n")], True)
@@ -283,13 +295,13 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
             records[-1] = _reparse(
                 path, first_line + n - 1, text.rstrip(b"\n"), text.endswith(b"\n")
             )
-        return records, kinds
+        return records, kinds, blocks
     n = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
     records = _decode_lines_one_by_one(path, first_line, chunk, n)
-    return records, np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
+    return records, np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n), None
 
 
-def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
+def _keys_match(chunk: bytes, records: list[Any]) -> tuple[Kinds, list[Any]] | None:
     """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
 
     Every key is followed by ``:`` (after JSON whitespace, if any), so a line has at least as
@@ -298,28 +310,17 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     decoded (header and totals lines aside), every line has exactly one key per field
     decoded. (Counting fewer fields than were decoded only sends the chunk to the
     line-by-line check.) Returns the lines' kinds, or None when the chunk must be checked
-    line by line. Decoded records and lines correspond when their counts are equal and no
-    line is blank (below)."""
+    line by line; with them, the request_step records, in line order. Decoded records and
+    lines correspond when their counts are equal and each line holds one value
+    (`_one_value_per_line`)."""
     n = len(records)
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)
     lines = len(ends) + (not chunk.endswith(b"\n"))
     if n != lines:
         return None  # an empty line, which decode_lines skips
-    # decode_lines also reads two values from one line ({...}{...}) and none from a blank
-    # one, so equal counts prove nothing while a line may be blank: every line must hold a
-    # "{" (a line the decoder reads holds one, a blank line none).
-    opens = np.flatnonzero(data == 123)
-    braces = np.bincount(np.searchsorted(ends, opens), minlength=lines)
-    if not braces[:lines].all():
-        return None
-    # Nor do they while one line may hold two values and another a value's first part: a
-    # "{" inside a string passes the check above, and decode_lines reads a value across a
-    # newline (JSON whitespace). With no blank line and no value following another on its
-    # line ("}" then "{" with no newline between: `colbytes.glued_values`), each of the n - 1
-    # gaps between the n values holds one of the n - 1 newlines inside the chunk, so no value
-    # holds one: each line is exactly one value.
-    if glued_values(data, opens):
+    spaced = b" " in chunk or b"\t" in chunk or b"\r" in chunk
+    if not _one_value_per_line(chunk, data, ends, lines, compact=not spaced):
         return None
     if len(chunk) > MAX_LINE_BYTES and np.diff(ends, prepend=-1, append=len(chunk)).max() > (
         MAX_LINE_BYTES + 1
@@ -340,20 +341,54 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
             len(requests) - list(map(field, requests)).count(msgspec.UNSET)
             for field in _REQUEST_OPTIONAL
         )
-    if per_kind[0]:
-        steps = itemgetter_list(records, np.flatnonzero(kinds == 0))
+    steps = list(compress(records, (kinds == 0).tolist())) if per_kind[0] else []
+    if steps:
         fields += len(steps) - list(map(_DELIVERED, steps)).count(msgspec.UNSET)
     start = chunk.find(b"\n") + 1 if head else 0
     end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
     body = data[start:end]
-    if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
+    if spaced:
         found, doubtful = key_colons(body)  # (a log written with ", " and ": " separators)
         if len(doubtful):
             return None
         colons = len(found)
     else:
         colons = int(np.count_nonzero(body == 58))  # ":"; the same bound, in one pass
-    return kinds if colons == fields else None
+    return (kinds, steps) if colons == fields else None
+
+
+def _one_value_per_line(
+    chunk: bytes, data: Bytes, ends: Positions, lines: int, *, compact: bool
+) -> bool:
+    """Whether the chunk's ``lines`` lines (``ends``: its newlines), as many as the values
+    decode_lines read, hold one value each.
+
+    decode_lines also reads two values from one line ({...}{...}) and none from a blank one,
+    so equal counts prove nothing while a line may be blank: every line must hold a "{" (a
+    line the decoder reads holds one, a blank line none). Nor do they while one line may hold
+    two values and another a value's first part: a "{" inside a string passes the check
+    above, and decode_lines reads a value across a newline (JSON whitespace). With no blank
+    line and no value following another on its line ("}" then "{" with no newline between:
+    `colbytes.glued_values`), each of the n - 1 gaps between the n values holds one of the
+    n - 1 newlines inside the chunk, so no value holds one: each line is exactly one value.
+
+    ``compact``: the chunk holds no space, tab or carriage return (the usual chunk), so a "{"
+    follows a "}" where "}{" occurs; then a chunk each of whose lines after the first holds
+    exactly one "{", at its start, and whose first line starts with one and holds no "}{",
+    passes both tests, without the passes over every "{" (any other chunk takes them)."""
+    if compact and lines:
+        first = int(ends[0]) + 1 if len(ends) else len(chunk)  # the first line's end
+        starts = ends[: lines - 1] + 1
+        if (
+            data[0] == 123
+            and b"}{" not in chunk[:first]
+            and (data[starts] == 123).all()
+            and np.count_nonzero(data[first:] == 123) == lines - 1
+        ):
+            return True
+    opens = np.flatnonzero(data == 123)
+    braces = np.bincount(np.searchsorted(ends, opens), minlength=lines)
+    return bool(braces[:lines].all()) and not glued_values(data, opens)
 
 
 def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:
@@ -567,11 +602,11 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
             text = b"".join([view[a:b] for a, b in bounds])
         else:
             text = bytes(chunk)
-        records, kinds = decode_chunk(path, first_line + int(rest[0]), text)
+        records, kinds, blocks = _decode_chunk(path, first_line + int(rest[0]), text)
         lines.kinds[rest] = kinds
-        _fill(lines, rest, records, kinds)
+        _fill(lines, rest, records, kinds, blocks)
         return lines
-    records, kinds = decode_chunk(path, first_line, bytes(chunk))
+    records, kinds, blocks = _decode_chunk(path, first_line, bytes(chunk))
     n = len(records)  # one per line (`decode_chunk`)
     lines = Lines(
         kinds,
@@ -581,14 +616,17 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
         [],
         {},
     )
-    _fill(lines, None, records, kinds)
+    _fill(lines, None, records, kinds, blocks)
     return lines
 
 
-def _fill(lines: Lines, rest: Ints | None, records: list[Any], kinds: Kinds) -> None:
+def _fill(
+    lines: Lines, rest: Ints | None, records: list[Any], kinds: Kinds, blocks: list[Any] | None
+) -> None:
     """The columns of lines ``rest`` (None: every line) from their decoded ``records``
-    (``kinds``, `KIND`): a request_step's row (`_block_rows`), every other record in
-    ``objs`` and its step (header, totals: none) in column 0."""
+    (``kinds``, `KIND`; ``blocks``: the request_step ones, if collected): a request_step's
+    row (`_block_rows`), every other record in ``objs`` and its step (header, totals: none)
+    in column 0."""
     block = kinds == 0
     others = np.flatnonzero(~block)
     other_records = itemgetter_list(records, others)
@@ -598,7 +636,8 @@ def _fill(lines: Lines, rest: Ints | None, records: list[Any], kinds: Kinds) -> 
     stepped = list(compress(other_records, has_step.tolist()))
     lines.values[where[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
     if len(others) < len(records):
-        blocks = list(compress(records, block.tolist()))
+        if blocks is None:
+            blocks = list(compress(records, block.tolist()))
         at = np.flatnonzero(block)
         _block_rows(lines, at if rest is None else rest[at], blocks)
 
