@@ -660,7 +660,11 @@ def _block_rows(lines: Lines, at: Ints, blocks: list[Any]) -> None:
     for j, (get, nullable) in enumerate(_COLUMN_GETTERS):
         if nullable:
             column = list(map(get, blocks))
-            rows[:, j] = np.fromiter(map(_MARKS.get, column, column), np.int64, n)
+            first = column[0]
+            if (first is None or first is msgspec.UNSET) and column.count(first) == n:
+                rows[:, j] = _MARKS[first]  # all null or all absent (delivered, as a rule)
+            else:
+                rows[:, j] = np.fromiter(map(_MARKS.get, column, column), np.int64, n)
         else:
             rows[:, j] = np.fromiter(map(get, blocks), np.int64, n)
     lines.values[at] = rows
