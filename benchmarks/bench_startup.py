@@ -14,9 +14,10 @@ other load), best of ``--rounds``:
   ``spectally replay`` of the same log;
 * the same two over a synthetic log of ``--records`` records (spectally.engine_bridge.synth):
   users replay many small logs, one per engine restart, so start-up counts;
-* two floors of such a replay: ``import numpy, msgspec`` (what the columnar checker cannot do
-  without) and a process that imports the typed decoder's struct types (colread.py) and decodes
-  the synthetic log with them (msgspec's typed ``decode_lines``), nothing else.
+* the floors of such a replay: ``import numpy, msgspec`` (what the columnar checker cannot do
+  without), the columnar checker's import alone, and a process that imports the typed
+  decoder's struct types (colread.py) and decodes the synthetic log with them, chunk by chunk
+  as the replay reads it (msgspec's typed ``decode_lines``), nothing else.
 
 What an installed package costs: pip writes every module's bytecode (``.pyc``) at install
 time, while an editable install in an environment that sets ``PYTHONDONTWRITEBYTECODE`` would
@@ -27,8 +28,8 @@ reading still works).
 
 ``--python`` (repeatable) names the interpreters whose ``spectally`` to measure, say the
 virtual environments of two checkouts, before and after a change: their cases run interleaved
-in the same rounds, one column each. The interpreter-only cases (``python -c pass``,
-``json.loads``, the floors) run with the first one.
+in the same rounds, one column each. The cases without spectally (``python -c pass``,
+``import numpy, msgspec``, ``json.loads``) run with the first one.
 
 The ratios are the figures (no timed assertion): each command against ``python -c pass``, and
 ``json.loads`` over a log against ``spectally replay`` of it (above 1: the replay, start-up
@@ -59,8 +60,9 @@ TYPED_DECODE = (
     "import sys, msgspec\n"
     "from spectally.engine_bridge.replay.columnar import colread as c\n"
     "types = c.RequestStep | c.Request | c.StepStats | c.HeaderLine | c.TotalsLine\n"
-    "with open(sys.argv[1], 'rb') as f:\n"
-    "    msgspec.json.Decoder(types).decode_lines(f.read())\n"
+    "decode = msgspec.json.Decoder(types).decode_lines\n"
+    "for chunk in c.byte_chunks(sys.argv[1], None):\n"
+    "    decode(chunk)\n"
 )
 # Run by each interpreter: its own spectally's folders (an editable install maps them from
 # the checkout), every module compiled to bytecode where the import system looks for it.
@@ -102,24 +104,25 @@ def main() -> None:
     with os.fdopen(fd, "wb") as out:
         out.writelines(synth.lines(args.records, seed=1))
     n = args.records
-    alone = {  # the interpreter and the floors: the first interpreter only
+    alone = {  # without spectally: the first interpreter only
         "python -c pass": [py, "-c", "pass"],
         "import numpy, msgspec": [py, "-c", "import numpy, msgspec"],
-        f"typed decode {n} records": [py, "-c", TYPED_DECODE, big],
         "json.loads small log": [py, "-c", JSON_LOADS, str(SMALL)],
         f"json.loads {n} records": [py, "-c", JSON_LOADS, big],
     }
     step = ["step", "--mode", "sync", "--proposed", "3", "--accepted", "1"]
-    each = {  # every interpreter's spectally
-        "spectally --help": ["--help"],
-        "spectally step": step,
-        "spectally replay small log": ["replay", str(SMALL)],
-        f"spectally replay {n} records": ["replay", big],
+    each = {  # every interpreter's spectally (the arguments after the interpreter)
+        "import the columnar checker": ["-c", "import spectally.engine_bridge.replay.columnar"],
+        f"typed decode {n} records": ["-c", TYPED_DECODE, big],
+        "spectally --help": ["-m", "spectally", "--help"],
+        "spectally step": ["-m", "spectally", *step],
+        "spectally replay small log": ["-m", "spectally", "replay", str(SMALL)],
+        f"spectally replay {n} records": ["-m", "spectally", "replay", big],
     }
     cases: dict[tuple[str, int], list[str]] = {(name, 0): cmd for name, cmd in alone.items()}
     for i, python in enumerate(pythons):
         for name, rest in each.items():
-            cases[name, i] = [python, "-m", "spectally", *rest]
+            cases[name, i] = [python, *rest]
     try:
         best = {key: float("inf") for key in cases}
         for _ in range(args.rounds):  # interleaved: a slow spell touches every case alike
@@ -141,7 +144,7 @@ def main() -> None:
         for size in ("small log", f"{n} records"):
             ratio = best[f"json.loads {size}", 0] / best[f"spectally replay {size}", i]
             print(f"    replay {size}: {ratio:.2f}x the speed of json.loads (start-up included)")
-        floor = best[f"typed decode {n} records", 0] / best[f"spectally replay {n} records", i]
+        floor = best[f"typed decode {n} records", i] / best[f"spectally replay {n} records", i]
         print(f"    replay {n} records: {floor:.2f}x the speed of the typed decode alone")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -185,7 +186,7 @@ class ByteChunks:
 
     def __init__(self, path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> None:
         self.path, self.lines = path, lines
-        self._buffer = bytearray()
+        self._buffer: bytearray | mmap.mmap = bytearray()
         self._end = 0  # the length of the chunk just read (buffer[:_end])
         self._back = 0  # where the lines given back start (_end: none)
         self._open = False  # a chunk (not the last) was just read: `keep` may give lines back
@@ -217,7 +218,9 @@ class ByteChunks:
             return
         # The buffer's front: lines given back (at most KEEP_BYTES), then a partial line (at
         # most MAX_LINE_BYTES, else Irregular); at most CHUNK_BYTES are read after them.
-        buffer = self._buffer = bytearray(KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES)
+        # An anonymous map, not a bytearray: its pages cost only once data lands in them
+        # (a bytearray is zeroed whole, ~20 ms for its 18 MiB, whatever the log's size).
+        buffer = self._buffer = mmap.mmap(-1, KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES)
         view = memoryview(buffer)
         stream = open_log(self.path)
         rest = whole = 0  # bytes at the buffer's front, and of those the whole lines
