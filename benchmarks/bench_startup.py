@@ -19,6 +19,10 @@ other load), best of ``--rounds``:
   decoder's struct types (colread.py) and decodes the synthetic log with them, chunk by chunk
   as the replay reads it (msgspec's typed ``decode_lines``), nothing else.
 
+The floors run with ``OPENBLAS_NUM_THREADS=1``, as the command line sets it for every
+``spectally`` process (numpy's OpenBLAS threads otherwise spin at its import); the
+``spectally`` commands run without it in their environment, so each checkout decides.
+
 What an installed package costs: pip writes every module's bytecode (``.pyc``) at install
 time, while an editable install in an environment that sets ``PYTHONDONTWRITEBYTECODE`` would
 compile every module from source in every process (about 0.09 s here). So the benchmark first
@@ -76,10 +80,15 @@ COMPILE = (
 )
 
 
-def cpu_seconds(args: list[str]) -> float:
+# The environment of every case: the floors' with one OpenBLAS thread, spectally's as it sets it.
+FLOOR_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+COMMAND_ENV = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+
+def cpu_seconds(args: list[str], env: dict[str, str]) -> float:
     """The CPU time of one fresh process running ``args`` (its output discarded)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -119,15 +128,16 @@ def main() -> None:
         "spectally replay small log": ["-m", "spectally", "replay", str(SMALL)],
         f"spectally replay {n} records": ["-m", "spectally", "replay", big],
     }
-    cases: dict[tuple[str, int], list[str]] = {(name, 0): cmd for name, cmd in alone.items()}
+    cases = {(name, 0): (cmd, FLOOR_ENV) for name, cmd in alone.items()}
     for i, python in enumerate(pythons):
         for name, rest in each.items():
-            cases[name, i] = [python, *rest]
+            env = COMMAND_ENV if rest[:2] == ["-m", "spectally"] else FLOOR_ENV
+            cases[name, i] = ([python, *rest], env)
     try:
         best = {key: float("inf") for key in cases}
         for _ in range(args.rounds):  # interleaved: a slow spell touches every case alike
-            for key, command in cases.items():
-                best[key] = min(best[key], cpu_seconds(command))
+            for key, (command, env) in cases.items():
+                best[key] = min(best[key], cpu_seconds(command, env))
     finally:
         os.unlink(big)
     base = best["python -c pass", 0]
