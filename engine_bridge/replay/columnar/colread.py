@@ -150,11 +150,12 @@ def open_log(path: str) -> BinaryIO:
 
 
 # The compiled kernels (the byte scanner, the shape keys) are loaded for a log of at least this
-# many (decompressed) bytes: importing numba and loading them costs ~0.5 s of CPU once per
-# process, and the scanner saves ~10-12 ms per MB over the typed decoder alone
-# (benchmarks/bench_replay.py, 100k records: 0.05-0.07 s with it, 0.23-0.30 s without), so a
-# log under ~40 MB replays faster without them. The tests set it to 0 (tests/conftest.py).
-JIT_MIN_LOG_BYTES = 40 << 20
+# many (decompressed) bytes: importing numba and loading them costs ~0.35-0.4 s of CPU once per
+# process, and the scanner saves ~5-6 ms per MiB over the typed decoder alone (fresh
+# processes on synth's uniform logs, with it / without: 46 MiB 0.71-0.77 / 0.59-0.67 s, 61 MiB
+# 0.72-0.82 / 0.70-0.77 s, 77 MiB 0.85-0.88 / 0.91-0.92 s), so a log under ~64 MiB replays
+# faster without them. The tests set it to 0 (tests/conftest.py).
+JIT_MIN_LOG_BYTES = 64 << 20
 
 
 def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
