@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
-import traceback
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -139,6 +137,9 @@ def read_engine_info(path: str, force_profile: str | None = None) -> EngineInfo 
 
 def internal_error(path: str, exc: Exception) -> FileOutcome:
     """A bug while replaying one file: one line naming the full report; the other files go on."""
+    import tempfile  # here, the one place that needs them: a replay's start-up skips them
+    import traceback
+
     fd, report_path = tempfile.mkstemp(prefix="spectally-internal-", suffix=".txt")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(f"spectally replay {path}\n")

@@ -10,9 +10,7 @@ path only.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any, BinaryIO
@@ -147,6 +145,9 @@ def _spool(path: str, stack: ExitStack) -> str:
     both read (stdin, a pipe, a FIFO, process substitution's ``/dev/fd/N``): read once, 1 MiB
     at a time, so memory stays bounded; removed when ``stack`` closes. A stream that cannot
     be opened is left to the reference replay's opener, which reports it (exit 2)."""
+    import shutil  # here, for stdin and pipes: a replay of a file skips their import
+    import tempfile
+
     if path == "-":
         stream: BinaryIO = sys.stdin.buffer
     else:

@@ -4,9 +4,11 @@ imports for a command. (benchmarks/bench_startup.py measures the cost as ratios.
 * the command line (``--help``, ``step``, every ``--help`` of a lazily loaded command) imports
   none of numba, numpy, msgspec, jsonschema;
 * a replay of a log under `dispatch.REFERENCE_MAX_BYTES` imports neither numpy nor msgspec (the
-  reference replay judges it directly);
+  reference replay judges it directly), nor, its records valid, jsonschema;
 * a replay of a log below `colread.JIT_MIN_LOG_BYTES` does not import numba (its import and the
-  kernels' loading cost more than the compiled scanner saves on such a log).
+  kernels' loading cost more than the compiled scanner saves on such a log);
+* a replay through numpy starts no OpenBLAS worker thread (it would spin for work that never
+  comes).
 
 Each check runs in a fresh interpreter with the production thresholds (tests/conftest.py lowers
 them in this process).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,12 +81,13 @@ def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
     assert SCAN_MIN_BYTES < log.stat().st_size < JIT_MIN_LOG_BYTES
     loaded = heavy_modules("replay", str(log))
     assert "numpy" in loaded and "numba" not in loaded  # the columnar path ran, uncompiled
+    assert "jsonschema" not in loaded  # a valid header and totals: no validator
 
 
 def test_a_tiny_replay_imports_neither_numpy_nor_msgspec() -> None:
     """A log under `dispatch.REFERENCE_MAX_BYTES` goes to the reference replay directly."""
     assert (source.log_bytes(str(LOG)) or 0) < REFERENCE_MAX_BYTES
-    assert heavy_modules("replay", str(LOG)) == ["jsonschema"]  # the header's validation
+    assert heavy_modules("replay", str(LOG)) == []  # the header checked without jsonschema
 
 
 def test_log_bytes_reads_a_gzip_files_length(tmp_path: Path) -> None:
@@ -101,3 +105,41 @@ def test_kernels_are_not_compiled_while_not_allowed() -> None:
         assert jit.compile_kernels(space, {}, ()) is False
     assert "spectally-test-module" not in jit._compiled
     assert list(space) == ["__name__"]
+
+
+THREADS = """
+import os, sys
+from spectally.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=True)
+except SystemExit:
+    pass
+print(len(os.listdir("/proc/self/task")), "numpy" in sys.modules, file=sys.stderr)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads counted in /proc")
+@pytest.mark.parametrize("preset", [None, "2"])
+def test_a_replay_starts_no_blas_thread(preset: str | None, tmp_path: Path) -> None:
+    """numpy's wheels load OpenBLAS, whose worker threads (one per core) spin waiting for
+    work that no command gives them; the command line asks for none, unless the environment
+    names a count itself (then OpenBLAS starts its own threads, on a machine of 2+ cores)."""
+    log = tmp_path / "log.ndjson"
+    log.write_bytes(b"".join(synth.lines(2000, seed=1)))
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    done = subprocess.run(
+        [sys.executable, "-c", THREADS, "replay", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    threads, numpy = done.stderr.split()[-2:]
+    assert numpy == "True"  # the columnar checker ran
+    if preset is None:
+        assert threads == "1"
+    elif (os.cpu_count() or 1) > 1:
+        assert int(threads) > 1

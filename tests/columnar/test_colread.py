@@ -191,3 +191,56 @@ def test_two_records_on_a_line_and_a_blank_line_are_not_vouched_for() -> None:
             records = colread._DECODER.decode_lines(bad)
             assert len(records) == len(rows)  # the counts agree
             assert colread._keys_match(bad, records) is None, (blank, spaced)
+
+
+_PIECES = st.sampled_from(
+    [
+        *_request_lines(),
+        b"\n",  # a blank line
+        b'{"record":"request","step":3,"request":"r","event":"finish","reason":"}{"}\n',
+        b'{"record":"request","step":3,"request":"r","event":"finish","reason":"{"}\n',
+        b'{"record":"request","step":3,"request":"{","event":"finish"}',  # no newline: glued
+        b'{"record":"request","step":3,\n"request":"r","event":"finish"}\n',  # a value's 2 lines
+        b'{"record":"request","step":3,"request":"r",\n{"event":"finish"}\n',
+        b'{"record":"header","config":{"a":{}}}\n',  # objects inside
+        b'{"record":"header","config":{"a":1}}{"record":"totals"}\n',
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, min_size=1, max_size=8))
+def test_a_compact_chunk_takes_the_shortcut_to_the_same_answer(pieces: list[bytes]) -> None:
+    """`_one_value_per_line` on a chunk without whitespace (its shortcut: one "{" a line, at
+    its start, the first line aside) answers as the general test does: blank lines, values
+    glued or split across lines, braces inside strings and objects inside values."""
+    chunk = b"".join(pieces)
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10)
+    lines = len(ends) + (not chunk.endswith(b"\n"))
+    general = colread._one_value_per_line(chunk, data, ends, lines, compact=False)
+    assert colread._one_value_per_line(chunk, data, ends, lines, compact=True) == general
+
+
+@pytest.mark.parametrize("scan", [False, True], ids=["typed decoder", "scanner first"])
+def test_columns_name_requests_in_order_of_first_appearance(
+    scan: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`decode_columns`: the request ids in the order each first appears, the scanner's lines
+    first, then the typed decoder's; each request_step line's row names its id; the records
+    of the other lines are in ``objs``, by line."""
+    monkeypatch.setattr(colread, "SCAN", scan)
+    step = json.loads(_request_lines()[-2])
+    order = ("record", "step", "request", *COLUMNS[1:-1], "outcome")  # colscan's byte form
+    canonical = json.dumps({name: step[name] for name in order}, separators=(",", ":"))
+    spaced = [json.dumps({**step, "request": name}).encode() + b"\n" for name in "babca"]
+    request = _request_lines()[0]
+    chunk = b"".join([*spaced[:2], canonical.replace('"r"', '"z"').encode() + b"\n", request])
+    chunk += b"".join(spaced[2:])
+    lines = colread.decode_columns("log", 1, chunk)
+    assert lines.ids == (["z", "b", "a", "c"] if scan else ["b", "a", "z", "c"])
+    named = [lines.ids[r] if r >= 0 else None for r in lines.rid.tolist()]
+    assert named == ["b", "a", "z", None, "b", "c", "a"]
+    assert lines.kinds.tolist() == [0, 0, 0, 1, 0, 0, 0]
+    assert list(lines.objs) == [3] and lines.objs[3].event == "finish"
+    assert lines.values[:, 0].tolist() == [3] * 7

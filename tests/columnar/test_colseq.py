@@ -39,6 +39,17 @@ def test_one_block_per_step_is_the_plain_check(pairs: list[tuple[int, int]], ord
         check_one_block_per_step(step, slot)
 
 
+steps = st.lists(st.integers(0, 9), max_size=12).map(lambda v: np.array(sorted(v), np.int64))
+
+
+@given(steps, steps)
+def test_union_is_numpys(a: Any, b: Any) -> None:
+    """`colseq._union` (a step_stats check's steps) is `np.union1d`, without its import of
+    numpy.ma."""
+    got = colseq._union(a, b)
+    assert got.tolist() == np.union1d(a, b).tolist() and got.dtype == np.int64
+
+
 def test_one_block_per_step_sees_repeats_in_any_run() -> None:
     """A repeat in the first, a middle and the last step of a sorted column, and a repeat
     that is not adjacent in the column."""

@@ -1,5 +1,5 @@
 """spec/step_log.schema.json: valid draft 2020-12, in sync with STEP_LOG.md, and the replay's
-fast validation path accepts exactly what the schema accepts (stricter only on 1.0 for 1)."""
+fast validation paths accept exactly what the schema accepts (stricter only on 1.0 for 1)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from spectally.engine_bridge.steplog import records
 from spectally.engine_bridge.steplog.records import load_schema, schema_validator, validate
 from spectally.engine_bridge.synth import generate
 
@@ -92,3 +93,30 @@ def test_float_counts_are_rejected_although_json_schema_admits_them() -> None:
     assert schema_validator().is_valid(rec)  # JSON Schema: 4.0 is an integer
     error = validate(rec, json.dumps(rec))
     assert error is not None and "is not an integer" in error[1]
+
+
+def test_the_header_and_totals_checks_accept_nothing_the_schema_refuses() -> None:
+    """The header's and the totals' checks compiled from the schema (`records._plain_checks`:
+    what spares a valid log the validator's import) compile from the schema as it is, accept
+    the generated records, and accept no mutation of them that the schema refuses, values of
+    the wrong type, sign or length included (the fast path may only be stricter)."""
+    checks = records._plain_checks()
+    assert set(checks) == {"header", "totals"}
+    validator = schema_validator()
+    values = (-1, 0, 1, 1.0, 2.5, "", "1", "x", None, True, False, [], [1], [1.0], [-1], {})
+    seen = accepted = 0
+    for rec in _samples():
+        kind = rec["record"]
+        if kind not in checks:
+            continue
+        seen += 1
+        assert records._plain_ok(kind, rec), rec
+        for obj in _mutations(rec):
+            for name in [n for n in obj if n != "record"]:
+                for value in values:
+                    changed = {**obj, name: value}
+                    if records._plain_ok(kind, changed):
+                        accepted += 1
+                        assert validator.is_valid(changed), changed
+                        assert validate(changed, json.dumps(changed)) is None, changed
+    assert seen == 2 and accepted > 100

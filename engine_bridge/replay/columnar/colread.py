@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, BinaryIO, Literal, cast
 
@@ -48,6 +49,8 @@ from .colscan import OUTCOMES as OUTCOMES
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
 Kinds = np.ndarray[Any, np.dtype[np.int8]]
+Bytes = np.ndarray[Any, np.dtype[np.uint8]]
+Positions = np.ndarray[Any, np.dtype[np.intp]]
 Ints = np.ndarray[Any, np.dtype[np.int64]]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
 RequestId = Annotated[str, msgspec.Meta(min_length=1)]
@@ -147,11 +150,12 @@ def open_log(path: str) -> BinaryIO:
 
 
 # The compiled kernels (the byte scanner, the shape keys) are loaded for a log of at least this
-# many (decompressed) bytes: importing numba and loading them costs ~0.5 s of CPU once per
-# process, and the scanner saves ~10-12 ms per MB over the typed decoder alone
-# (benchmarks/bench_replay.py, 100k records: 0.05-0.07 s with it, 0.23-0.30 s without), so a
-# log under ~40 MB replays faster without them. The tests set it to 0 (tests/conftest.py).
-JIT_MIN_LOG_BYTES = 40 << 20
+# many (decompressed) bytes: importing numba and loading them costs ~0.35-0.4 s of CPU once per
+# process, and the scanner saves ~5-6 ms per MiB over the typed decoder alone (fresh
+# processes on synth's uniform logs, with it / without: 46 MiB 0.71-0.77 / 0.59-0.67 s, 61 MiB
+# 0.72-0.82 / 0.70-0.77 s, 77 MiB 0.85-0.88 / 0.91-0.92 s), so a log under ~64 MiB replays
+# faster without them. The tests set it to 0 (tests/conftest.py).
+JIT_MIN_LOG_BYTES = 64 << 20
 
 
 def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
@@ -183,7 +187,7 @@ class ByteChunks:
 
     def __init__(self, path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> None:
         self.path, self.lines = path, lines
-        self._buffer = bytearray()
+        self._buffer: bytearray | mmap.mmap = bytearray()
         self._end = 0  # the length of the chunk just read (buffer[:_end])
         self._back = 0  # where the lines given back start (_end: none)
         self._open = False  # a chunk (not the last) was just read: `keep` may give lines back
@@ -215,7 +219,9 @@ class ByteChunks:
             return
         # The buffer's front: lines given back (at most KEEP_BYTES), then a partial line (at
         # most MAX_LINE_BYTES, else Irregular); at most CHUNK_BYTES are read after them.
-        buffer = self._buffer = bytearray(KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES)
+        # An anonymous map, not a bytearray: its pages cost only once data lands in them
+        # (a bytearray is zeroed whole, ~20 ms for its 18 MiB, whatever the log's size).
+        buffer = self._buffer = mmap.mmap(-1, KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES)
         view = memoryview(buffer)
         stream = open_log(self.path)
         rest = whole = 0  # bytes at the buffer's front, and of those the whole lines
@@ -265,6 +271,15 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
     anywhere in the chunk does too: msgspec reads U+FEFF inside a string as any character,
     the reference's line check (`source.check_line`) refuses it outside the input's first
     bytes (encoded surrogates, the line check's other byte test, msgspec refuses itself)."""
+    records, kinds, _ = _decode_chunk(path, first_line, chunk)
+    return records, kinds
+
+
+def _decode_chunk(
+    path: str, first_line: int, chunk: bytes
+) -> tuple[list[Any], Kinds, list[Any] | None]:
+    """`decode_chunk`, and the request_step records in line order where the whole-chunk check
+    (`_keys_match`) collected them (else None)."""
     if not chunk.isascii() and BOM in chunk:  # one pass for an ASCII chunk, the usual one
         raise Irregular("a byte-order mark inside the log")
     records: list[Any] | None
@@ -272,8 +287,9 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
         records = _DECODER.decode_lines(chunk)
     except (msgspec.DecodeError, msgspec.ValidationError):
         records = None
-    kinds = _keys_match(chunk, records) if records is not None else None
-    if records is not None and kinds is not None:
+    matched = _keys_match(chunk, records) if records is not None else None
+    if records is not None and matched is not None:
+        kinds, blocks = matched
         n = len(records)
         if n and type(records[0]) is HeaderLine:
             records[0] = _reparse(path, first_line, chunk[: chunk.find(b"\n")], True)
@@ -283,13 +299,13 @@ def decode_chunk(path: str, first_line: int, chunk: bytes) -> tuple[list[Any], K
             records[-1] = _reparse(
                 path, first_line + n - 1, text.rstrip(b"\n"), text.endswith(b"\n")
             )
-        return records, kinds
+        return records, kinds, blocks
     n = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
     records = _decode_lines_one_by_one(path, first_line, chunk, n)
-    return records, np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
+    return records, np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n), None
 
 
-def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
+def _keys_match(chunk: bytes, records: list[Any]) -> tuple[Kinds, list[Any]] | None:
     """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
 
     Every key is followed by ``:`` (after JSON whitespace, if any), so a line has at least as
@@ -298,28 +314,17 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
     decoded (header and totals lines aside), every line has exactly one key per field
     decoded. (Counting fewer fields than were decoded only sends the chunk to the
     line-by-line check.) Returns the lines' kinds, or None when the chunk must be checked
-    line by line. Decoded records and lines correspond when their counts are equal and no
-    line is blank (below)."""
+    line by line; with them, the request_step records, in line order. Decoded records and
+    lines correspond when their counts are equal and each line holds one value
+    (`_one_value_per_line`)."""
     n = len(records)
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)
     lines = len(ends) + (not chunk.endswith(b"\n"))
     if n != lines:
         return None  # an empty line, which decode_lines skips
-    # decode_lines also reads two values from one line ({...}{...}) and none from a blank
-    # one, so equal counts prove nothing while a line may be blank: every line must hold a
-    # "{" (a line the decoder reads holds one, a blank line none).
-    opens = np.flatnonzero(data == 123)
-    braces = np.bincount(np.searchsorted(ends, opens), minlength=lines)
-    if not braces[:lines].all():
-        return None
-    # Nor do they while one line may hold two values and another a value's first part: a
-    # "{" inside a string passes the check above, and decode_lines reads a value across a
-    # newline (JSON whitespace). With no blank line and no value following another on its
-    # line ("}" then "{" with no newline between: `colbytes.glued_values`), each of the n - 1
-    # gaps between the n values holds one of the n - 1 newlines inside the chunk, so no value
-    # holds one: each line is exactly one value.
-    if glued_values(data, opens):
+    spaced = b" " in chunk or b"\t" in chunk or b"\r" in chunk
+    if not _one_value_per_line(chunk, data, ends, lines, compact=not spaced):
         return None
     if len(chunk) > MAX_LINE_BYTES and np.diff(ends, prepend=-1, append=len(chunk)).max() > (
         MAX_LINE_BYTES + 1
@@ -340,20 +345,54 @@ def _keys_match(chunk: bytes, records: list[Any]) -> Kinds | None:
             len(requests) - list(map(field, requests)).count(msgspec.UNSET)
             for field in _REQUEST_OPTIONAL
         )
-    if per_kind[0]:
-        steps = itemgetter_list(records, np.flatnonzero(kinds == 0))
+    steps = list(compress(records, (kinds == 0).tolist())) if per_kind[0] else []
+    if steps:
         fields += len(steps) - list(map(_DELIVERED, steps)).count(msgspec.UNSET)
     start = chunk.find(b"\n") + 1 if head else 0
     end = chunk.rfind(b"\n", 0, len(chunk) - 1) + 1 if tail else len(chunk)
     body = data[start:end]
-    if b" " in chunk or b"\t" in chunk or b"\r" in chunk:
+    if spaced:
         found, doubtful = key_colons(body)  # (a log written with ", " and ": " separators)
         if len(doubtful):
             return None
         colons = len(found)
     else:
         colons = int(np.count_nonzero(body == 58))  # ":"; the same bound, in one pass
-    return kinds if colons == fields else None
+    return (kinds, steps) if colons == fields else None
+
+
+def _one_value_per_line(
+    chunk: bytes, data: Bytes, ends: Positions, lines: int, *, compact: bool
+) -> bool:
+    """Whether the chunk's ``lines`` lines (``ends``: its newlines), as many as the values
+    decode_lines read, hold one value each.
+
+    decode_lines also reads two values from one line ({...}{...}) and none from a blank one,
+    so equal counts prove nothing while a line may be blank: every line must hold a "{" (a
+    line the decoder reads holds one, a blank line none). Nor do they while one line may hold
+    two values and another a value's first part: a "{" inside a string passes the check
+    above, and decode_lines reads a value across a newline (JSON whitespace). With no blank
+    line and no value following another on its line ("}" then "{" with no newline between:
+    `colbytes.glued_values`), each of the n - 1 gaps between the n values holds one of the
+    n - 1 newlines inside the chunk, so no value holds one: each line is exactly one value.
+
+    ``compact``: the chunk holds no space, tab or carriage return (the usual chunk), so a "{"
+    follows a "}" where "}{" occurs; then a chunk each of whose lines after the first holds
+    exactly one "{", at its start, and whose first line starts with one and holds no "}{",
+    passes both tests, without the passes over every "{" (any other chunk takes them)."""
+    if compact and lines:
+        first = int(ends[0]) + 1 if len(ends) else len(chunk)  # the first line's end
+        starts = ends[: lines - 1] + 1
+        if (
+            data[0] == 123
+            and b"}{" not in chunk[:first]
+            and (data[starts] == 123).all()
+            and np.count_nonzero(data[first:] == 123) == lines - 1
+        ):
+            return True
+    opens = np.flatnonzero(data == 123)
+    braces = np.bincount(np.searchsorted(ends, opens), minlength=lines)
+    return bool(braces[:lines].all()) and not glued_values(data, opens)
 
 
 def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]]) -> list[Any]:
@@ -427,7 +466,6 @@ def _from_dict(rec: Record) -> Any:
 
 OUTCOME_CODE = {name: code for code, name in enumerate(OUTCOMES)}
 SCAN = True  # False: every line through the typed decoder (benchmarks, tests)
-_BLOCK_FIELDS = attrgetter(*COLUMNS)
 _STEP = attrgetter("step")
 
 
@@ -437,8 +475,9 @@ class Lines:
     works on. ``values`` holds a request_step line's `colscan.COLUMNS` (nulls `NULL`, no
     ``delivered`` `ABSENT`) and every other line's step in column 0 (header, totals: 0);
     ``outcome`` its index in `OUTCOMES` and ``rid`` its request id's index in ``ids`` (-1 on
-    other lines). ``objs`` holds the decoded record of every line the scanner did not take
-    (structs; header and totals: the dicts of `records.parse_line`)."""
+    other lines). ``objs`` holds the decoded record of every other line (structs; header and
+    totals: the dicts of `records.parse_line`); a request_step line's record is its row
+    (`record` builds the struct again)."""
 
     kinds: Kinds
     values: Ints
@@ -567,39 +606,79 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
             text = b"".join([view[a:b] for a, b in bounds])
         else:
             text = bytes(chunk)
-    else:
-        text = bytes(chunk)
-        n = text.count(b"\n") + (len(text) > 0 and not text.endswith(b"\n"))
-        lines = Lines(
-            np.zeros(n, np.int8),
-            np.zeros((n, len(COLUMNS)), np.int64),
-            np.full(n, -1, np.int64),
-            np.full(n, -1, np.int64),
-            [],
-            {},
-        )
-        rest = np.arange(n, dtype=np.int64)
-    records, rest_kinds = decode_chunk(path, first_line + int(rest[0]), text)
-    lines.kinds[rest] = rest_kinds
-    lines.objs = dict(zip(rest.tolist(), records, strict=True))
-    has_step = rest_kinds <= 2  # request_step, request, step_stats
-    stepped = itemgetter_list(records, np.flatnonzero(has_step))
-    lines.values[rest[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
-    at = np.flatnonzero(rest_kinds == 0)
-    if len(at):
-        _block_rows(lines, rest[at], itemgetter_list(records, at))
+        records, kinds, blocks = _decode_chunk(path, first_line + int(rest[0]), text)
+        lines.kinds[rest] = kinds
+        _fill(lines, rest, records, kinds, blocks)
+        return lines
+    records, kinds, blocks = _decode_chunk(path, first_line, bytes(chunk))
+    n = len(records)  # one per line (`decode_chunk`)
+    lines = Lines(
+        kinds,
+        np.zeros((n, len(COLUMNS)), np.int64),
+        np.full(n, -1, np.int64),
+        np.full(n, -1, np.int64),
+        [],
+        {},
+    )
+    _fill(lines, None, records, kinds, blocks)
     return lines
 
 
+def _fill(
+    lines: Lines, rest: Ints | None, records: list[Any], kinds: Kinds, blocks: list[Any] | None
+) -> None:
+    """The columns of lines ``rest`` (None: every line) from their decoded ``records``
+    (``kinds``, `KIND`; ``blocks``: the request_step ones, if collected): a request_step's
+    row (`_block_rows`), every other record in ``objs`` and its step (header, totals: none)
+    in column 0."""
+    block = kinds == 0
+    others = np.flatnonzero(~block)
+    other_records = itemgetter_list(records, others)
+    where = others if rest is None else rest[others]
+    lines.objs = dict(zip(where.tolist(), other_records, strict=True))
+    has_step = kinds[others] <= 2  # request, step_stats (header and totals: dicts)
+    stepped = list(compress(other_records, has_step.tolist()))
+    lines.values[where[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
+    if len(others) < len(records):
+        if blocks is None:
+            blocks = list(compress(records, block.tolist()))
+        at = np.flatnonzero(block)
+        _block_rows(lines, at if rest is None else rest[at], blocks)
+
+
+# What a nullable column holds where its line has null, or no such key (`delivered`): the
+# mark, looked up by identity (an int is never equal to either); any other value is itself.
+_MARKS: dict[Any, int] = {None: NULL, msgspec.UNSET: ABSENT}
+_NULLABLE = frozenset(("grammar_valid", "invalid", "verified", "delivered"))
+_COLUMN_GETTERS = tuple((attrgetter(name), name in _NULLABLE) for name in COLUMNS)
+_OUTCOME = attrgetter("outcome")
+_REQUEST = attrgetter("request")
+
+
 def _block_rows(lines: Lines, at: Ints, blocks: list[Any]) -> None:
-    """The columns of request_step lines the typed decoder decoded (lines ``at``)."""
-    flat = [
-        NULL if v is None else ABSENT if v is msgspec.UNSET else v
-        for rec in blocks
-        for v in _BLOCK_FIELDS(rec)
-    ]
-    lines.values[at] = np.array(flat, dtype=np.int64).reshape(len(blocks), len(COLUMNS))
-    lines.outcome[at] = [OUTCOME_CODE[rec.outcome] for rec in blocks]
+    """The columns of request_step lines the typed decoder decoded (lines ``at``), one
+    column at a time over all of them (C iterators: a Python loop over the records, testing
+    every value for null, took longer than the decoding itself)."""
+    n = len(blocks)
+    rows = np.empty((n, len(COLUMNS)), np.int64)
+    for j, (get, nullable) in enumerate(_COLUMN_GETTERS):
+        if nullable:
+            column = list(map(get, blocks))
+            first = column[0]
+            if (first is None or first is msgspec.UNSET) and column.count(first) == n:
+                rows[:, j] = _MARKS[first]  # all null or all absent (delivered, as a rule)
+            else:
+                rows[:, j] = np.fromiter(map(_MARKS.get, column, column), np.int64, n)
+        else:
+            rows[:, j] = np.fromiter(map(get, blocks), np.int64, n)
+    lines.values[at] = rows
+    lines.outcome[at] = np.fromiter(
+        map(OUTCOME_CODE.__getitem__, map(_OUTCOME, blocks)), np.int64, n
+    )
+    # the request ids in order of first appearance, after the ones the lines have
+    ids = list(map(_REQUEST, blocks))
     index = {name: i for i, name in enumerate(lines.ids)}
-    lines.rid[at] = [index.setdefault(rec.request, len(index)) for rec in blocks]
+    for name in dict.fromkeys(ids):
+        index.setdefault(name, len(index))
+    lines.rid[at] = np.fromiter(map(index.__getitem__, ids), np.int64, n)
     lines.ids = list(index)

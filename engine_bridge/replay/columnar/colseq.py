@@ -465,6 +465,16 @@ def _all_lanes(words: Ints, count: int) -> Ints:
     return lanes.reshape(len(words), -1)[:, :count].astype(np.int64)
 
 
+def _union(a: Ints, b: Ints) -> Ints:
+    """The sorted distinct values of both arrays: `np.union1d`, without its masked-array test
+    (which imports numpy.ma, about 5 ms of a replay's start-up)."""
+    both = np.concatenate([a, b])
+    both.sort()
+    first = np.ones(len(both), dtype=np.bool_)
+    first[1:] = both[1:] != both[:-1]
+    return both[first]
+
+
 def check_step_stats(
     k: int,
     block_step: Ints,
@@ -496,7 +506,7 @@ def check_step_stats(
     if len(run_step) == len(stats.step) and (run_step == stats.step).all():
         steps = run_step  # every step has blocks and its step_stats (the usual chunk)
     else:
-        steps = np.union1d(run_step, stats.step)
+        steps = _union(run_step, stats.step)
     expected = np.zeros((len(steps), 3 + k), dtype=np.int64)
     if n and isinstance(legacy, Lanes):
         if int(np.diff(np.append(starts, n)).max()) * (k + 1) >= 1 << LANE:

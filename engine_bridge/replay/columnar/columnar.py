@@ -294,9 +294,9 @@ class Columnar:
         if first:
             # ``ids`` may name one request twice (a carried step's ids, then the chunk's)
             after = np.fromiter(map(first.get, ids, repeat(INF_LINE)), np.int64, len(ids))
-            late = np.flatnonzero(applied & (block_lines > after[block_rid]))
-            if len(late):
-                walk = np.union1d(discarded, late)
+            late = applied & (block_lines > after[block_rid])
+            if late.any():  # (masks, not np.union1d: its masked-array test imports numpy.ma)
+                walk = np.flatnonzero(~applied | late)
         events: list[Event] = list(
             zip(
                 block_lines[walk].tolist(),
