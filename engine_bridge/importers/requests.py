@@ -360,17 +360,43 @@ def replay_steps(r: RequestMetrics) -> StepReplay:
     rejected by the grammar after the forward pass (structured request, async engine).
     """
     m = r.metrics
-    k: int = m["num_spec_tokens"]
-    per_acc: list[int] = m["per_step_accepted"]
-    per_dr: list[int] = m["per_step_drafted"]
-    engine = Engine(EngineConfig(Mode.ASYNC, k), check=False)
+    engine = Engine(EngineConfig(Mode.ASYNC, m["num_spec_tokens"]), check=False)
+    why = _apply_entries(engine, r, 0)
+    if why is not None:
+        return StepReplay(why)
+    c = engine.requests[r.request].counters.legacy
+    want = (m["num_spec_steps"], m["num_draft_tokens"], m["num_accepted_draft_tokens"])
+    got = (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens)
+    if got != want:
+        return StepReplay(
+            f"replayed legacy counters (steps, drafted, accepted) {got} != reported {want}"
+        )
+    return StepReplay(None)
+
+
+def first_refusal(r: RequestMetrics, first: int) -> str | None:
+    """What the reference refuses first among entries ``first`` onwards of a `replayable`
+    request whose earlier entries it accepts (None: nothing): its `replay_steps` message
+    then, at a fraction of the cost for a late entry. Each entry's block closes (Accept)
+    before the next step begins, so a fresh engine that adds the request at entry ``first``'s
+    step judges the rest as the request's own engine does."""
+    engine = Engine(EngineConfig(Mode.ASYNC, r.metrics["num_spec_tokens"]), check=False)
+    return _apply_entries(engine, r, first)
+
+
+def _apply_entries(engine: Engine, r: RequestMetrics, first: int) -> str | None:
+    """Apply entries ``first`` onwards (entry j at step j + 1) to ``engine``; the refusal's
+    message, or None."""
     rid = r.request
-    step = 1
+    per_acc: list[int] = r.metrics["per_step_accepted"]
+    per_dr: list[int] = r.metrics["per_step_drafted"]
+    step = first + 1
     try:
         engine.apply(StepBegin(step))
         engine.apply(AddRequest(rid, step, structured=True))
-        for j, (a, d) in enumerate(zip(per_acc, per_dr, strict=True)):
-            if j:
+        for j in range(first, len(per_dr)):
+            a, d = per_acc[j], per_dr[j]
+            if j > first:
                 step += 1
                 engine.apply(StepBegin(step))
             slots = max(d, 1)
@@ -381,16 +407,8 @@ def replay_steps(r: RequestMetrics) -> StepReplay:
             for event in events:
                 engine.apply(event)
     except IllegalEvent as exc:
-        why = f"detailed step {step}: the reference rejects {exc.event!r}: {exc.reason}"
-        return StepReplay(why)
-    c = engine.requests[rid].counters.legacy
-    want = (m["num_spec_steps"], m["num_draft_tokens"], m["num_accepted_draft_tokens"])
-    got = (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens)
-    if got != want:
-        return StepReplay(
-            f"replayed legacy counters (steps, drafted, accepted) {got} != reported {want}"
-        )
-    return StepReplay(None)
+        return f"detailed step {step}: the reference rejects {exc.event!r}: {exc.reason}"
+    return None
 
 
 def reference_replays(requests: Sequence[RequestMetrics]) -> list[StepReplay]:

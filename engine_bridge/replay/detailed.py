@@ -8,9 +8,11 @@ request_step records that translate into those events (proposed = scheduled = ma
 invalid = max(d, 1) - d, sampled = a + 1), and `colblocks.check_blocks` evaluates
 reference/step.py's rules over them. A request agrees when every block of its batch passes
 and its blocks' legacy counts sum to its reported (steps, drafted, accepted). Any other
-request (in a batch the columnar checks refuse, with a sum that differs, with a value above
-k) is replayed through the reference, which writes the message. The result is the
-reference's, request by request (tests/replay/test_detailed.py compares the two).
+request is replayed through the reference, which writes the message: one with a sum that
+differs or a value above k from its first entry; one whose blocks the checks refuse (a
+refused batch is halved down to it) from the refused slice of its blocks, every block before
+having passed the same rules. The result is the reference's, request by request
+(tests/replay/test_detailed.py compares the two).
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from typing import Any
 import numpy as np
 from spectally.reference.step import Mode
 
-from ..importers.requests import RequestMetrics, StepReplay, reference_replays, replay_steps
+from ..importers.requests import (
+    RequestMetrics,
+    StepReplay,
+    first_refusal,
+    reference_replays,
+    replay_steps,
+)
 from .columnar import jit
 from .columnar.array_arith import Ints
 from .columnar.colblocks import NULL, BlockColumns, check_blocks
@@ -33,7 +41,6 @@ from .columnar.colseq import Lanes
 # than importing numpy takes).
 MIN_BLOCKS = 4096
 BATCH_BLOCKS = 1 << 16  # blocks per columnar check: its temporaries stay a few MB
-SPLIT_MIN = 16  # a refused batch of more requests is halved; of fewer, replayed by reference
 
 
 def replay_requests(requests: Sequence[RequestMetrics]) -> list[StepReplay]:
@@ -72,27 +79,40 @@ def _batches(requests: Sequence[RequestMetrics], members: list[int]) -> list[lis
     return batches
 
 
+class _Refused(Exception):
+    """The columnar checks refuse a block of the batch's slice starting at block ``start``."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__(start)
+        self.start = start
+
+
 def _replay_batch(
     requests: Sequence[RequestMetrics], k: int, batch: list[int], out: list[StepReplay | None]
 ) -> None:
     """Fill ``out`` for the requests of ``batch``: agreement from the columnar checks, the
-    reference's result for the rest (a refused batch is halved first, so one bad request
-    sends only a few others to the reference)."""
+    reference's result for the rest. A refused batch is halved down to the request the
+    checks refuse, and the reference then starts at the refused slice of its blocks (every
+    block before passed the same rules), so one bad request costs a few columnar checks and
+    a slice of reference replay."""
     try:
         agrees = _agreement(k, [requests[i].metrics for i in batch])
-    except Irregular:
-        if len(batch) >= SPLIT_MIN:
+    except _Refused as refused:
+        if len(batch) > 1:
             half = len(batch) // 2
             _replay_batch(requests, k, batch[:half], out)
             _replay_batch(requests, k, batch[half:], out)
             return
-        agrees = [False] * len(batch)
+        r = requests[batch[0]]
+        why = first_refusal(r, refused.start)
+        out[batch[0]] = StepReplay(why) if why is not None else replay_steps(r)
+        return
     for i, ok in zip(batch, agrees, strict=True):
         out[i] = StepReplay(None) if ok else replay_steps(requests[i])
 
 
 def _agreement(k: int, metrics: list[dict[str, Any]]) -> list[bool]:
-    """Whether each request's blocks sum to its reported legacy counters (`Irregular` when
+    """Whether each request's blocks sum to its reported legacy counters (`_Refused` when
     the columnar checks refuse a block of the batch)."""
     per_acc = [m["per_step_accepted"] for m in metrics]
     per_dr = [m["per_step_drafted"] for m in metrics]
@@ -106,7 +126,11 @@ def _agreement(k: int, metrics: list[dict[str, Any]]) -> list[bool]:
     # so their temporaries stay that size, and the sums add up over the slices.
     for start in range(0, total, BATCH_BLOCKS):
         at = slice(start, start + BATCH_BLOCKS)
-        for row, column in zip(sums, _legacy_counts(k, accepted[at], drafted[at]), strict=True):
+        try:
+            counts = _legacy_counts(k, accepted[at], drafted[at])
+        except Irregular:
+            raise _Refused(start) from None
+        for row, column in zip(sums, counts, strict=True):
             row += np.bincount(owner[at], weights=column, minlength=len(metrics)).astype(np.int64)
     reported = [
         np.array([m[name] for m in metrics], dtype=np.int64)

@@ -19,11 +19,11 @@ from spectally.engine_bridge.replay import detailed
 
 @pytest.fixture(autouse=True)
 def every_size_columnar(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The columnar path at any size, in small batches and slices, so splitting a refused
-    batch, slicing a request and batches of several k are exercised by a few requests."""
+    """The columnar path at any size, in small batches and slices, so halving a refused
+    batch, slicing a request (and starting the reference at a refused slice) and batches of
+    several k are exercised by a few requests."""
     monkeypatch.setattr(detailed, "MIN_BLOCKS", 0)
     monkeypatch.setattr(detailed, "BATCH_BLOCKS", 4)  # a request of 5 or 6 steps is sliced
-    monkeypatch.setattr(detailed, "SPLIT_MIN", 2)
 
 
 def metrics(k: int, per_step: list[tuple[int, int]], skew: tuple[int, int, int]) -> dict[str, Any]:
@@ -75,13 +75,18 @@ def test_agreeing_requests_never_reach_the_reference(monkeypatch: pytest.MonkeyP
         RequestMetrics("f", i, f"r{i}", metrics(3, [(2, 3), (0, 3), (0, 0), (3, 3)], (0, 0, 0)))
         for i in range(20)
     ]
-    called: list[str] = []
+    called: list[tuple[str, int]] = []
 
     def counting(r: RequestMetrics) -> StepReplay:
-        called.append(r.request)
+        called.append((r.request, 0))
         return requests.replay_steps(r)
 
+    def counting_from(r: RequestMetrics, first: int) -> str | None:
+        called.append((r.request, first))
+        return requests.first_refusal(r, first)
+
     monkeypatch.setattr(detailed, "replay_steps", counting)
+    monkeypatch.setattr(detailed, "first_refusal", counting_from)
     monkeypatch.setattr(detailed, "BATCH_BLOCKS", 3)  # each request's 4 blocks in two slices
     assert detailed.replay_requests(batch) == [StepReplay(None)] * 20
     assert called == []
@@ -93,7 +98,26 @@ def test_agreeing_requests_never_reach_the_reference(monkeypatch: pytest.MonkeyP
     result = detailed.replay_requests(batch)
     assert [i for i, r in enumerate(result) if r.problem is not None] == [7]
     assert result[7].problem is not None and "detailed step 2" in result[7].problem
-    assert "r7" in called and len(called) <= 2  # the refused batch was halved down to r7
+    assert called == [("r7", 0)]  # the refused batch was halved down to r7
+
+
+def test_the_reference_starts_at_the_refused_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long request refused late: the reference replays from the refused slice on, and
+    says what replaying it whole says."""
+    steps = [(2, 3), (0, 3), (0, 0), (3, 3)] * 25
+    steps[93] = (1, 0)  # accepted 1 after an all-invalid step, in the slice from block 92
+    r = RequestMetrics("f", 1, "long", metrics(3, steps, (0, 0, 0)))
+    starts: list[int] = []
+
+    def counting_from(r: RequestMetrics, first: int) -> str | None:
+        starts.append(first)
+        return requests.first_refusal(r, first)
+
+    monkeypatch.setattr(detailed, "first_refusal", counting_from)
+    result = detailed.replay_requests([r])
+    assert result == requests.reference_replays([r])
+    assert result[0].problem is not None and result[0].problem.startswith("detailed step 94:")
+    assert starts == [92]
 
 
 def test_small_inputs_take_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
