@@ -219,9 +219,15 @@ Replays = Callable[[Sequence[RequestMetrics]], list[StepReplay]]
 
 # [REP-3] the per-request payload sent when the request finishes
 def check_request(r: RequestMetrics, replay: StepReplay | None = None) -> list[Finding]:
-    """Internal consistency of one request's metrics, with ``replay``: what the replay of
-    its detailed steps found (None: not replayed, `replayable` is false)."""
+    """Internal consistency of one request's metrics (`BadInput` where a field is missing or
+    of the wrong type), with ``replay``: what the replay of its detailed steps found (None:
+    not replayed, `replayable` is false)."""
     _validate(r)
+    return _consistency(r, replay)
+
+
+def _consistency(r: RequestMetrics, replay: StepReplay | None) -> list[Finding]:
+    """`check_request` of a request `_validate` has passed."""
     m = r.metrics
     k = m["num_spec_tokens"]
     steps, drafted, accepted = (
@@ -428,7 +434,7 @@ def check_files(
     replayed = dict(zip(detailed, replays([requests[i] for i in detailed]), strict=True))
     findings: list[Finding] = []
     for i, r in enumerate(requests):
-        findings.extend(check_request(r, replayed.get(i)))
+        findings.extend(_consistency(r, replayed.get(i)))  # validated above
     if metrics is not None:
         findings.extend(reconcile(requests, metrics))
     return findings
