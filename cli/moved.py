@@ -25,8 +25,20 @@ from types import CodeType, ModuleType
 _BRIDGE = "spectally.engine_bridge"
 _VLLM = f"{_BRIDGE}.vllm"
 
-# old path -> current path (the bridge's flat modules before it was arranged by stage).
+# old path -> current path: the commands before they shared one package, and the bridge's flat
+# modules before it was arranged by stage.
 MOVED: dict[str, str] = {
+    "spectally.cli": "spectally.commands",
+    "spectally.compare": "spectally.commands.compare",
+    "spectally.import_llamacpp": "spectally.commands.import_llamacpp",
+    "spectally.observe_cli": "spectally.commands.observe",
+    "spectally.parity": "spectally.commands.parity",
+    "spectally.proofs.cli": "spectally.commands.prove",
+    "spectally.spec.vectors_cli": "spectally.commands.vectors",
+    f"{_BRIDGE}.cli": "spectally.commands.replay",
+    "spectally.comparison": f"{_BRIDGE}.compare.engines",
+    f"{_BRIDGE}.parity": f"{_BRIDGE}.compare.parity",
+    f"{_BRIDGE}.version_diff": f"{_BRIDGE}.compare.version_diff",
     **{
         f"{_BRIDGE}.{name}": f"{_BRIDGE}.replay.columnar.{name}"
         for name in (

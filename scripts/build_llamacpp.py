@@ -3,10 +3,10 @@
 The sdist of ``llama-cpp-python==0.3.36`` on PyPI vendors llama.cpp under ``vendor/llama.cpp``.
 This script fetches that sdist from the simple page of the package indexes pip is configured
 with (``sources.find_on_index``: pip's configuration names the index, this code names no host),
-checks its sha256, unpacks it, builds only ``llama-server`` with cmake (no curl, no OpenSSL, no web UI: with the
-prebuilt UI on, cmake tries to download it). The tree's ``convert_hf_to_gguf.py`` and its
-``gguf-py`` package stay in the unpacked source (engine_bridge/llamacpp/gguf_models.py puts
-them on the path). Everything lands under
+checks its sha256, unpacks it, builds only ``llama-server`` with cmake (no curl, no OpenSSL,
+no web UI: with the prebuilt UI on, cmake tries to download it). The tree's
+``convert_hf_to_gguf.py`` and its ``gguf-py`` package stay in the unpacked source
+(engine_bridge/llamacpp/gguf_models.py puts them on the path). Everything lands under
 ``${SPECTALLY_LLAMACPP_DIR:-~/.cache/spectally/llamacpp-0.3.36}``; a marker file makes a second
 run a no-op. It takes about 11 minutes on two cores; run it outside any test timeout:
 

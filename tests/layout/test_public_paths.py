@@ -142,7 +142,8 @@ def resolve(path: str) -> object:
 def every_path() -> list[str]:
     assert sorted(spectally.vllm.__all__) == sorted(spectally.vllm.WHERE)
     short = [f"spectally.vllm.{name}" for name in spectally.vllm.WHERE]
-    return sorted({*EARLIER, *named_now(), *MOVED, *short})
+    named = {*EARLIER, *named_now(), *MOVED, *short}
+    return sorted(p for p in named if not p.endswith(".__main__"))  # importing one runs it
 
 
 def test_the_docs_and_headers_are_read() -> None:

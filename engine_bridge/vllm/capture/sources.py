@@ -139,9 +139,9 @@ def find_on_index(project: str, filename: str) -> str:
                 text = page.read().decode("utf-8", "replace")
         except OSError:  # unreachable, or a local index without the project
             continue
-        found = re.search(rf'href="([^"]*/{re.escape(filename)}[^"]*)"', text)
+        found = re.search(rf'href="((?:[^"]*/)?{re.escape(filename)}(?:#[^"]*)?)"', text)
         if found is not None:
-            return urllib.parse.urljoin(page_url, found.group(1).replace("&amp;", "&"))
+            return str(urllib.parse.urljoin(page_url, found.group(1).replace("&amp;", "&")))
     raise SystemExit(f"no {filename} on {', '.join(tried)}")
 
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 import sys
 
 import click
-from spectally.exit_codes import EXIT_COMMON, ExitCode
+from spectally.exit_codes import ExitCode
 
-EXIT_HELP = (
-    "Exit codes: 0 the step log is written and every check agrees; 1 the log's per-request"
+from . import exits
+
+EXIT_HELP = exits.epilog(
+    "0 the step log is written and every check agrees; 1 the log's per-request"
     " lines or the responses' timings disagree with its verification lines (the step log is"
     " still written); 2 bad input or usage, named file:line; 3 incomplete: a request without"
-    " its 'stop processing' line, or no /metrics scrape (the step log has no totals);"
-    " " + EXIT_COMMON
+    " its 'stop processing' line, or no /metrics scrape (the step log has no totals)"
 )
 
 
