@@ -237,3 +237,13 @@ def test_the_classes_resolve_where_vllm_is_installed() -> None:
     proc = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd="/")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("paths")
+
+
+@pytest.mark.parametrize("module", ["spectally", "spectally.cli", "spectally.commands"])
+def test_python_m_runs_the_command(module: str) -> None:
+    """``python -m spectally.cli`` was the command's module; it still runs the command."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("spectally, version ")

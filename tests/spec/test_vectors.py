@@ -19,7 +19,7 @@ from spectally.spec.vectors import (
     run_vector,
     validate,
 )
-from spectally.spec.vectors_cli import vectors as vectors_cmd
+from spectally.commands.vectors import vectors as vectors_cmd
 
 SPEC_DIR = Path(render.__file__).parent
 DOC = load()
