@@ -421,6 +421,10 @@ def test_the_summary_at_the_top_states_the_vectors_numbers() -> None:
         )
         assert claim in brief, claim
         assert rfc["spec_steps"] == 1  # "both count one spec step"
+    # The current release's sync row: 0.34.0 keeps the first invalid draft, so it is verified.
+    rfc = VECTORS["vllm034-sync-keeps-first-invalid"]["expect"]["rfc"]
+    claim = f"drafted {rfc['drafted']}, verified {rfc['verified']}, accepted {rfc['accepted']}"
+    assert f"{claim} under sync on vLLM 0.34.0" in brief, claim
     assert "both count one spec step" in brief
 
 
