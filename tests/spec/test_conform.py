@@ -1,0 +1,219 @@
+"""The conformance kit (`spectally conform`, spec/conform.py): the Python reference and the
+JavaScript implementation pass the core vectors through the same line protocol, and the kit
+catches wrong counts per level, broken protocol lines, crashes and hangs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from jsonschema import Draft202012Validator
+from spectally.cli import main
+from spectally.spec.conform import (
+    LEVELS,
+    PROTOCOL_SCHEMA,
+    VECTORS,
+    VECTORS_SCHEMA,
+    KitFormatError,
+    load_vectors,
+    run,
+)
+
+ROOT = Path(__file__).parents[2]
+JS = ROOT / "conformance" / "js"
+NODE = shutil.which("node")
+needs_node = pytest.mark.skipif(
+    NODE is None, reason="node is not installed: the JS implementation cannot run"
+)
+REFERENCE = [sys.executable, "-m", "spectally.spec.conform_adapter"]
+TIMEOUT = 120.0  # generous: a healthy implementation answers in milliseconds
+
+
+def conform(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["conform", *args])
+    return result.exit_code, result.output
+
+
+def test_schemas_are_valid_and_the_vectors_meet_theirs() -> None:
+    for path in (VECTORS_SCHEMA, PROTOCOL_SCHEMA):
+        Draft202012Validator.check_schema(json.loads(path.read_text()))
+    doc = load_vectors()
+    assert doc["format"] == "spectally-core-vectors"
+    assert doc["version"].startswith("1.")
+    levels = {v["level"] for v in doc["vectors"]}
+    assert levels == set(LEVELS)
+
+
+def test_core_md_defines_every_rule_and_name_the_vectors_use() -> None:
+    core = (ROOT / "spec" / "CORE.md").read_text()
+    doc = load_vectors()
+    for v in doc["vectors"]:
+        for rule in v["rules"]:
+            assert f"**[{rule}]" in core, f"{v['name']}: {rule} is not defined in CORE.md"
+        expect = v["expect"]
+        groups = [expect.get("totals", {}), *expect.get("requests", {}).values()]
+        for g in groups:
+            for fields in g.values():
+                for name in fields:
+                    assert f"`{name}`" in core, f"CORE.md does not name `{name}`"
+    assert doc["version"] in core
+
+
+@needs_node
+def test_the_javascript_implementation_passes_every_core_vector() -> None:
+    report = run([str(NODE), str(JS / "conform.mjs")], load_vectors(), TIMEOUT)
+    assert report.problem is None
+    assert report.conformant_level() == "L3"
+    assert all(c.status == "pass" for c in report.checks)
+    assert report.exit_code("L3") == 0
+
+
+def test_the_reference_passes_l1_and_l2_and_names_what_it_does_not_model() -> None:
+    report = run(REFERENCE, load_vectors(), TIMEOUT)
+    assert report.problem is None
+    assert [c for c in report.checks if c.status == "fail"] == []
+    assert report.conformant_level() == "L2"
+    unsupported = {
+        (c.path.rsplit(".", 1)[-1] if c.path != "error" else str(c.expected))
+        for c in report.checks
+        if c.status == "unsupported"
+    }
+    # The shape sub-counts and tree rules the reference does not model yet, and only those.
+    assert unsupported == {"zero_draft_steps", "filler", "per_depth", "C-A3", "C-A4"}
+    assert report.exit_code("L2") == 0
+    assert report.exit_code("L3") == 1
+
+
+def test_the_command_runs_the_reference_through_the_protocol() -> None:
+    code, out = conform("--level", "L2", *REFERENCE)
+    assert code == 0, out
+    assert "conformant at: L2" in out
+    code, out = conform("--json", *REFERENCE)
+    assert code == 1
+    assert json.loads(out)["conformant_level"] == "L2"
+
+
+# Hand mutants of the JS implementation: each breaks one rule, and the kit must fail the level
+# that rule belongs to (and no level below it).
+MUTANTS = [
+    (
+        "accepted counted with the bonus token",
+        "c.accepted += step.accepted;",
+        "c.accepted += step.accepted + 1;",
+        "L1",
+    ),
+    (
+        "a K = 0 step counted as a spec step",
+        "c.zero_draft_steps += 1; // C-S1: not a spec step, but visible\n    return;",
+        "c.zero_draft_steps += 1; c.spec_steps += 1;\n    return;",
+        "L1",
+    ),
+    ("a discarded step counted", "if (step.applied === false) return;", "", "L1"),
+    ("verified taken as proposed", "c.verified += step.verified;", "c.verified += drafted;", "L2"),
+    (
+        "per-position accepted off by one",
+        "if (step.accepted > d) c.per_position.accepted[d] += 1;",
+        "if (step.accepted >= d) c.per_position.accepted[d] += 1;",
+        "L3",
+    ),
+    ("undefined ratio reported as 0", "(d === 0 ? null : n / d)", "(d === 0 ? 0 : n / d)", "L1"),
+    (
+        "accepted above verified let through",
+        "if (!(step.accepted <= step.verified && step.verified <= drafted))",
+        "if (!(step.accepted <= drafted && step.verified <= drafted))",
+        "L2",
+    ),
+]
+
+
+@needs_node
+@pytest.mark.parametrize(("what", "old", "new", "level"), MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_the_kit_catches_each_mutant_at_its_level(
+    tmp_path: Path, what: str, old: str, new: str, level: str
+) -> None:
+    src = (JS / "core.mjs").read_text()
+    assert src.count(old) == 1, what
+    (tmp_path / "core.mjs").write_text(src.replace(old, new))
+    shutil.copy(JS / "conform.mjs", tmp_path / "conform.mjs")
+    report = run([str(NODE), str(tmp_path / "conform.mjs")], load_vectors(), TIMEOUT)
+    assert report.problem is None
+    failed = {c.level for c in report.checks if c.status == "fail"}
+    assert level in failed, what
+    assert all(LEVELS.index(lv) >= LEVELS.index(level) for lv in failed), (what, failed)
+    assert report.exit_code("L3") == 1
+    below = LEVELS[LEVELS.index(level) - 1] if level != "L1" else None
+    assert report.conformant_level() == below
+
+
+def script(tmp_path: Path, body: str) -> list[str]:
+    path = tmp_path / "impl.py"
+    path.write_text(body)
+    return [sys.executable, str(path)]
+
+
+ECHO = "import sys, json\nfor line in sys.stdin:\n    i = json.loads(line)['id']\n"
+BROKEN = {
+    "not JSON": ECHO + "    print('hello', flush=True)\n",
+    "wrong id": ECHO + "    print(json.dumps({'id': 'other', 'totals': {}}), flush=True)\n",
+    "no id": ECHO + "    print(json.dumps({'totals': {}}), flush=True)\n",
+    "error and totals": ECHO
+    + "    print(json.dumps({'id': i, 'error': 'C-A1', 'totals': {}}), flush=True)\n",
+    "crash": "import sys\nsys.stdin.readline()\nsys.exit('boom: division by zero')\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+def test_a_broken_implementation_is_reported_with_exit_2(tmp_path: Path, kind: str) -> None:
+    code, out = conform("--timeout", str(TIMEOUT), *script(tmp_path, BROKEN[kind]))
+    assert code == 2, out
+    assert "run broken:" in out
+    if kind == "crash":
+        assert "(crash)" in out and "boom: division by zero" in out
+
+
+def test_a_hanging_implementation_is_ended_after_the_timeout(tmp_path: Path) -> None:
+    # It never answers, whatever the load: the verdict does not depend on the timeout's size.
+    cmd = script(tmp_path, "import sys, time\nsys.stdin.readline()\ntime.sleep(600)\n")
+    code, out = conform("--timeout", "0.5", *cmd)
+    assert code == 2, out
+    assert "(hang)" in out
+
+
+def test_an_implementation_that_cannot_start_is_bad_usage(tmp_path: Path) -> None:
+    code, out = conform(str(tmp_path / "no-such-program"))
+    assert code == 2
+    assert "cannot start" in out
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    assert conform()[0] == 2  # no command
+    assert conform("--level", "L4", "true")[0] == 2
+    assert conform("--vector", "no-such-vector", "true")[0] == 2
+    bad = tmp_path / "v.json"
+    bad.write_text(
+        json.dumps({"format": "spectally-core-vectors", "version": "1.0.0", "vectors": []})
+    )
+    code, out = conform("--vectors", str(bad), "true")
+    assert code == 2 and "malformed vectors file" in out
+    with pytest.raises(KitFormatError):
+        load_vectors(bad)
+
+
+def test_repeated_vector_names_are_refused(tmp_path: Path) -> None:
+    doc = json.loads(VECTORS.read_text())
+    doc["vectors"].append(doc["vectors"][0])
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(KitFormatError, match="repeated"):
+        load_vectors(path)
+
+
+@needs_node
+def test_one_vector_by_name(tmp_path: Path) -> None:
+    code, out = conform("--vector", "tree-two-steps", str(NODE), str(JS / "conform.mjs"))
+    assert code == 0, out
+    assert "L1: pass (5 passed" in out
