@@ -19,6 +19,7 @@ from spectally.spec.conform import (
     VECTORS,
     VECTORS_SCHEMA,
     KitFormatError,
+    judge,
     load_vectors,
     run,
 )
@@ -217,3 +218,35 @@ def test_one_vector_by_name(tmp_path: Path) -> None:
     code, out = conform("--vector", "tree-two-steps", str(NODE), str(JS / "conform.mjs"))
     assert code == 0, out
     assert "L1: pass (5 passed" in out
+
+
+def vector(name: str) -> dict[str, object]:
+    return next(v for v in load_vectors()["vectors"] if v["name"] == name)
+
+
+def statuses(name: str, response: dict[str, object]) -> dict[str, str]:
+    return {c.path: c.status for c in judge(vector(name), {"id": name, **response}, 1e-9)}
+
+
+def test_the_judge_tells_undefined_from_zero_and_checks_floats_closely() -> None:
+    good = {
+        "drafted": 0, "accepted": 0, "spec_steps": 0, "acceptance_rate": None,
+        "mean_acceptance_length": 1.0, "verified": 0, "draft_quality": None,
+        "verification_rate": None,
+    }  # fmt: skip
+    assert set(statuses("nothing-drafted", {"totals": good}).values()) >= {"pass"}
+    zero = {**good, "acceptance_rate": 0.0}
+    assert statuses("nothing-drafted", {"totals": zero})["totals.L1.acceptance_rate"] == "fail"
+    near = {"acceptance_rate": 0.6666, "drafted": True}
+    got = statuses("chain-one-step", {"totals": near})
+    assert got["totals.L1.acceptance_rate"] == "fail"  # off by 7e-5, beyond the tolerance
+    assert got["totals.L1.drafted"] == "fail"  # a bool is not a count
+
+
+def test_the_judge_checks_each_request_apart_from_the_totals() -> None:
+    r = {"drafted": 3, "accepted": 2, "spec_steps": 1}
+    swapped = {"r1": r, "r2": {**r, "accepted": 1}}
+    got = statuses("chain-is-a-tree", {"totals": {}, "requests": swapped})
+    assert got["requests.r1.L1.accepted"] == "pass"
+    assert got["requests.r2.L1.accepted"] == "fail"
+    assert statuses("chain-is-a-tree", {"totals": {}})["requests.r1.L1.drafted"] == "fail"
