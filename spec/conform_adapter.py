@@ -58,8 +58,9 @@ def _checked(q: StepQuery, verified: object, k: int | None) -> StepQuery:
     if reasons:
         raise Refused("C-A2", "; ".join(reasons))
     # verified above the drafts: the reference's target cannot see more drafts than exist
-    got = rfc_step(Mode.SYNC, q.inputs(), INT_ARITH).verified if q.applied else None
-    if q.applied and got != verified:
+    counts = rfc_step(Mode.SYNC, q.inputs(), INT_ARITH)
+    got = counts.verified if q.applied else counts.discarded_verified
+    if got != verified:
         raise Refused("C-A2", f"verified {verified} exceeds the {got} drafts that exist")
     return q
 
@@ -114,7 +115,9 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
                     q = _checked(_query(s), s["verified"], k_max if "tree" not in s else None)
                     sc = sc.add_step(Mode.SYNC, q.inputs())
                 rc = rc.merge(sc)
-            requests[r["id"]] = _view(rc, k_max, chain_only)
+            # per position only for a scope without a tree step (CORE.md C-P1)
+            r_chain = not any("tree" in s for seq in r["sequences"] for s in seq)
+            requests[r["id"]] = _view(rc, k_max, r_chain)
             totals = totals.merge(rc)
     except Refused as exc:
         return {"id": rid, "error": exc.rule, "message": str(exc), "unsupported": unsupported}

@@ -60,6 +60,7 @@ export function checkStep(step, kMax) {
  */
 export function addStep(c, step, kMax) {
   const drafted = checkStep(step, kMax);
+  if (Array.isArray(step.tree)) c.has_tree = true; // C-P1: even an empty or discarded tree step
   if (step.applied === false) return; // C-Q6: a step never applied counts nothing
   if (drafted === 0) {
     c.zero_draft_steps += 1; // C-S1: not a spec step, but visible
@@ -74,7 +75,6 @@ export function addStep(c, step, kMax) {
   c.fates.rejected += step.verified - step.accepted;
   c.fates.unverified += drafted - step.verified;
   const nodesPerDepth = Array.isArray(step.tree) ? step.tree : new Array(step.proposed).fill(1);
-  if (Array.isArray(step.tree)) c.has_tree = true;
   for (let d = 0; d < kMax; d++) {
     c.per_depth.drafted[d] += nodesPerDepth[d] ?? 0;
     if (step.accepted > d) c.per_depth.accepted[d] += 1;

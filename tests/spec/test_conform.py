@@ -5,7 +5,9 @@ catches wrong counts per level, broken protocol lines, crashes and hangs."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -250,3 +252,83 @@ def test_the_judge_checks_each_request_apart_from_the_totals() -> None:
     assert got["requests.r1.L1.accepted"] == "pass"
     assert got["requests.r2.L1.accepted"] == "fail"
     assert statuses("chain-is-a-tree", {"totals": {}})["requests.r1.L1.drafted"] == "fail"
+
+
+def random_input(rng: random.Random) -> dict[str, object]:
+    """A random core input: chain or tree steps, some inadmissible (C-A1, C-A2), some discarded,
+    several sequences per request. Trees keep C-A3 and filler C-A4, which the reference does
+    not model."""
+    k_max = rng.randint(1, 5)
+    chain_only = rng.random() < 0.6
+
+    def step() -> dict[str, object]:
+        if chain_only or rng.random() < 0.5:
+            k = rng.randint(0, k_max + (1 if rng.random() < 0.05 else 0))
+            v = rng.randint(0, k + (1 if rng.random() < 0.05 else 0))
+            s: dict[str, object] = {"proposed": k, "verified": v, "accepted": rng.randint(0, v)}
+            if rng.random() < 0.05:
+                s["accepted"] = v + 1
+        else:
+            tree = [rng.randint(1, 3) for _ in range(rng.randint(0, k_max))]
+            v = rng.randint(0, sum(tree))
+            s = {"tree": tree, "verified": v, "accepted": rng.randint(0, min(v, len(tree)))}
+        if rng.random() < 0.03:
+            s["verified"] = -1
+        if rng.random() < 0.1:
+            s["applied"] = False
+        return s
+
+    requests = [
+        {
+            "id": f"r{i}",
+            "sequences": [
+                [step() for _ in range(rng.randint(0, 4))] for _ in range(rng.randint(1, 3))
+            ],
+        }
+        for i in range(rng.randint(1, 3))
+    ]
+    return {"k_max": k_max, "requests": requests}
+
+
+def answers(command: list[str], inputs: list[dict[str, object]]) -> list[dict[str, object]]:
+    lines = "".join(
+        json.dumps({"protocol": "spectally-conform/1", "id": str(i), "level": "L3", "input": x})
+        + "\n"
+        for i, x in enumerate(inputs)
+    )
+    out = subprocess.run(command, input=lines, capture_output=True, text=True, check=True)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def comparable(answer: dict[str, object], skip: set[str]) -> object:
+    """What both implementations must agree on: the error rule, or every counter and metric
+    but those in ``skip`` (what the reference declares unsupported), floats rounded."""
+    if "error" in answer:
+        return answer["error"]
+
+    def clean(x: object) -> object:
+        if isinstance(x, float):
+            return round(x, 9)
+        if isinstance(x, list):
+            return [clean(e) for e in x]
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in sorted(x.items()) if k not in skip}
+        return x
+
+    return clean({"totals": answer["totals"], "requests": answer["requests"]})
+
+
+@needs_node
+def test_the_two_implementations_agree_on_random_inputs() -> None:
+    """Differential check: the JS implementation and the reference, both through the protocol,
+    give the same error rule or the same counters on every input."""
+    rng = random.Random(20261203)
+    inputs = [random_input(rng) for _ in range(300)]
+    ref = answers(REFERENCE, inputs)
+    js = answers([str(NODE), str(JS / "conform.mjs")], inputs)
+    assert len(ref) == len(js) == len(inputs)
+    errors = sum("error" in a for a in ref)
+    assert 10 < errors < 200  # both branches exercised
+    for x, a, b in zip(inputs, ref, js, strict=True):
+        skip = set(a.get("unsupported", []))  # type: ignore[arg-type]
+        assert comparable(a, skip) == comparable(b, skip), x
