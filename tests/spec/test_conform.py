@@ -296,7 +296,9 @@ def answers(command: list[str], inputs: list[dict[str, object]]) -> list[dict[st
         + "\n"
         for i, x in enumerate(inputs)
     )
-    out = subprocess.run(command, input=lines, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        command, input=lines, capture_output=True, text=True, check=True, timeout=600
+    )
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
