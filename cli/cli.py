@@ -63,6 +63,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare two engines' acceptance figures in the RFC's terms",
         "bridge",
     ),
+    "conform": (
+        "spectally.commands.conform:conform",
+        "run an implementation of the core, in any language, against the core vectors",
+        "bridge",
+    ),
     "version-diff": (
         "spectally.engine_bridge.version_diff:version_diff",
         "a log's vLLM counters under each release's counting",
