@@ -71,7 +71,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 # Subcommands of a lazy group kept in modules of their own: group -> (module:attribute, ...).
 LAZY_SUBCOMMANDS: dict[str, tuple[str, ...]] = {
-    "import": ("spectally.import_llamacpp:llamacpp_cmd",),
+    "import": (
+        "spectally.import_llamacpp:llamacpp_cmd",
+        "spectally.import_engines:sglang_cmd",
+        "spectally.import_engines:trtllm_cmd",
+    ),
 }
 
 
