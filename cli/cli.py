@@ -63,6 +63,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare two engines' acceptance figures in the RFC's terms",
         "bridge",
     ),
+    "explain": (
+        "spectally.explain:explain_cmd",
+        "say what a file is and what can be checked from it",
+        "bridge",
+    ),
     "version-diff": (
         "spectally.engine_bridge.version_diff:version_diff",
         "a log's vLLM counters under each release's counting",

@@ -185,7 +185,7 @@ def parse(path: str, lines: Iterable[tuple[int, str]]) -> Iterator[Parsed]:
                 at = text.index("statistics")
                 raise BadInput(path, no, at + 1, "unrecognised llama.cpp 'statistics' line")
             mean = _float(path, no, m, "mean", "#mean acc len") if m.group("mean") else None
-            pos = _rates(path, no, m, "pos") if m.group("mean") else None
+            stat_pos = _rates(path, no, m, "pos") if m.group("mean") else None
             yield Statistics(
                 path,
                 no,
@@ -196,7 +196,7 @@ def parse(path: str, lines: Iterable[tuple[int, str]]) -> Iterator[Parsed]:
                 _int(path, no, m, "gt"),
                 _int(path, no, m, "at"),
                 mean,
-                pos,
+                stat_pos,
             )
             continue
         if (h := SLOT_HEAD.search(text)) is not None:
