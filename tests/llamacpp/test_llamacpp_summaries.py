@@ -280,3 +280,19 @@ def test_bad_input_messages_name_line_and_column() -> None:
         list(summaries.parse("f", [(3, "slot print_timing: id 0 | task 1 | draft acceptance = x")]))
     assert str(exc.value).startswith("f:3:")
     assert json.dumps(str(exc.value))
+
+
+def test_traced_summary_mean_is_checked_against_its_verifications(tmp_path: Path) -> None:
+    """2 verifications accepting 2 and 1: the summary's mean must be 1 + 3/2 = 2.50. A mean of
+    2.00 is consistent on its own (n = 3 fits), so only the traces can catch it."""
+    lines = ["accepted  2/ 4 draft tokens", "accepted  1/ 4 draft tokens"]
+    log = tmp_path / "server.log"
+    text = server_log(lines, 8, 3)
+    assert "mean len =  2.50" in text
+    log.write_text(text.replace("mean len =  2.50", "mean len =  2.00"))
+    counts = {"num_drafts": 2, "num_draft_tokens": 8, "num_accepted_tokens": 3, "per_pos": [2, 1]}
+    (tmp_path / "after").write_text(metrics_text(counts))
+    out = tmp_path / "o.ndjson"
+    code, msg = run(str(log), "--out", str(out), "--metrics-after", str(tmp_path / "after"))
+    assert code == 1 and "mean acceptance length 2.00" in msg, msg
+    assert out.exists()  # a divergence still writes the step log
