@@ -139,4 +139,4 @@ def llamacpp_cmd(
         click.echo(f"INCOMPLETE {line}")
     if result.exit_code == 1 or exit_code(result.findings) == ExitCode.DIVERGENCE:
         sys.exit(ExitCode.DIVERGENCE)
-    sys.exit(result.exit_code)
+    sys.exit(ExitCode(result.exit_code))

@@ -297,7 +297,7 @@ def _nonincreasing(per_pos: tuple[float, ...]) -> str | None:
     return None
 
 
-# [REP-2] llama.cpp's per-request and per-implementation acceptance summaries
+# llama.cpp's per-request and per-implementation acceptance summaries
 def check_summary(x: Summary) -> list[Finding]:
     """Every check one per-request summary allows."""
     bad: list[tuple[str, str]] = []
