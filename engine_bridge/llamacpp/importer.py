@@ -29,7 +29,7 @@ from typing import Any
 
 from ..importers.findings import Finding
 from ..steplog.limits import MAX_K, version_error
-from ..steplog.source import BadInput
+from ..steplog.source import BadInput, read_text
 from . import promtext, serverlog, summaries
 from .profile import ENGINE
 
@@ -279,11 +279,7 @@ def _check_mean(imp: Importer, p: summaries.Summary) -> None:
 
 def read_responses(path: str) -> list[tuple[int, int]]:
     """(draft_n, draft_n_accepted) of every response that drafted (a JSON list or NDJSON)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(path, 1, 1, f"cannot read: {exc}") from None
+    text = read_text(path)  # plain, gzip or -, bounded lines, strict UTF-8
     items: list[tuple[int, Any]] = []
     try:
         whole = json.loads(text)

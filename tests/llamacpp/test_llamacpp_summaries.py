@@ -296,3 +296,25 @@ def test_traced_summary_mean_is_checked_against_its_verifications(tmp_path: Path
     code, msg = run(str(log), "--out", str(out), "--metrics-after", str(tmp_path / "after"))
     assert code == 1 and "mean acceptance length 2.00" in msg, msg
     assert out.exists()  # a divergence still writes the step log
+
+
+def test_gzipped_scrapes_and_responses_are_read(tmp_path: Path) -> None:
+    """Every input of import llamacpp goes through the shared opener, not only the log."""
+    log = tmp_path / "server.log.gz"
+    log.write_bytes(gzip.compress(server_log(["accepted  2/ 4 draft tokens"], 4, 2).encode()))
+    counts = {"num_drafts": 1, "num_draft_tokens": 4, "num_accepted_tokens": 2, "per_pos": [1, 1]}
+    (tmp_path / "after.gz").write_bytes(gzip.compress(metrics_text(counts).encode()))
+    responses = [{"timings": {"draft_n": 4, "draft_n_accepted": 2}}]
+    (tmp_path / "resp.gz").write_bytes(gzip.compress(json.dumps(responses).encode()))
+    out = tmp_path / "o.ndjson"
+    code, text = run(
+        str(log),
+        "--out",
+        str(out),
+        "--metrics-after",
+        str(tmp_path / "after.gz"),
+        "--responses",
+        str(tmp_path / "resp.gz"),
+    )
+    assert code == 0, text
+    assert "1 verification steps" in text
