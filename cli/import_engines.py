@@ -25,7 +25,8 @@ EXIT_HELP = (
 )
 
 
-def _run(check: Callable[[], list[Finding]], as_json: bool) -> None:
+def run_findings(check: Callable[[], list[Finding]], as_json: bool) -> None:
+    """Print an importer's findings (or its bad input) and exit with the contract's code."""
     from spectally.engine_bridge.importers.findings import exit_code, render_findings
     from spectally.engine_bridge.steplog.source import BadInput
 
@@ -58,7 +59,7 @@ def sglang_cmd(files: tuple[str, ...], draft_tokens: int | None, as_json: bool) 
     spec_accept_length, ...): plain, gzip or - for stdin; each file by what it holds."""
     from spectally.engine_bridge.importers import sglang
 
-    _run(lambda: sglang.check_files(list(files), draft_tokens), as_json)
+    run_findings(lambda: sglang.check_files(list(files), draft_tokens), as_json)
 
 
 @click.command("trtllm", epilog=EXIT_HELP)
@@ -70,4 +71,4 @@ def trtllm_cmd(files: tuple[str, ...], as_json: bool) -> None:
     not run)."""
     from spectally.engine_bridge.importers import trtllm
 
-    _run(lambda: trtllm.check_files(list(files)), as_json)
+    run_findings(lambda: trtllm.check_files(list(files)), as_json)

@@ -85,24 +85,14 @@ def llamacpp_cmd(
     the run become its totals (scrape them with the server idle, and let the log cover exactly
     the requests between them: /metrics moves only when a request stops); recurrent targets'
     restore-and-replay pairs count once."""
-    import json
-
-    from spectally.engine_bridge.importers.findings import exit_code, render_findings
+    from spectally.engine_bridge.importers.findings import exit_code
     from spectally.engine_bridge.steplog.source import BadInput
 
     if out is None:
         from spectally.engine_bridge.llamacpp.importer import check_summaries
+        from spectally.import_engines import run_findings
 
-        try:
-            findings = check_summaries(server_log)
-        except BadInput as exc:
-            click.echo(str(exc), err=True)
-            sys.exit(ExitCode.BAD_INPUT)
-        if as_json:
-            click.echo(json.dumps([f.to_dict() for f in findings], indent=2))
-        else:
-            click.echo(render_findings(findings))
-        sys.exit(exit_code(findings))
+        run_findings(lambda: check_summaries(server_log), as_json)
 
     from spectally.engine_bridge.llamacpp.importer import import_log, refused_by_replay, write
 

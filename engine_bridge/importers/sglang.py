@@ -280,6 +280,22 @@ def _int_field(path: str, no: int, meta: dict[str, Any], name: str) -> int | Non
     return value
 
 
+def _ratio(
+    bad: list[tuple[str, str]],
+    said: list[str],
+    name: str,
+    formula: str,
+    value: float,
+    num: int,
+    den: int,
+) -> None:
+    """One exact ratio of meta_info: a violation if it is not num / den, else said."""
+    if abs(value - num / den) > EXACT:
+        bad.append((f"{name} = {formula}", f"{value!r} but {num}/{den} = {num / den!r}"))
+    else:
+        said.append(f"{name} = {num}/{den}")
+
+
 def check_meta(path: str, d: int | None) -> list[Finding]:
     """Every per-request identity of tokenizer_manager.py:3138-3172."""
     out: list[Finding] = []
@@ -315,25 +331,10 @@ def check_meta(path: str, d: int | None) -> list[Finding]:
             if correct > proposed:
                 bad.append(("correct <= proposed", f"{correct} correct > {proposed} proposed"))
             if isinstance(rate, float | int) and proposed:
-                if abs(rate - correct / proposed) > EXACT:
-                    bad.append(
-                        (
-                            "spec_accept_rate = correct / proposed",
-                            f"{rate!r} but {correct}/{proposed} = {correct / proposed!r}",
-                        )
-                    )
-                else:
-                    said.append(f"rate = {correct}/{proposed}")
+                _ratio(bad, said, "spec_accept_rate", "correct / proposed", rate, correct, proposed)
         if isinstance(length, float | int) and completion is not None and verify:
-            if abs(length - completion / verify) > EXACT:
-                bad.append(
-                    (
-                        "spec_accept_length = completion_tokens / verify_ct",
-                        f"{length!r} but {completion}/{verify} = {completion / verify!r}",
-                    )
-                )
-            else:
-                said.append(f"length = {completion}/{verify} (bonus included)")
+            what = "completion_tokens / verify_ct"
+            _ratio(bad, said, "spec_accept_length", what, length, completion, verify)
         hist = meta.get("spec_correct_drafts_histogram")
         if isinstance(hist, list) and all(isinstance(h, int) for h in hist):
             if sum(hist) != verify:
