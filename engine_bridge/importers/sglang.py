@@ -52,6 +52,10 @@ LOG_RE = re.compile(
     r"(?:, accept rate: (?P<rate>-?\d+(?:\.\d+)?|nan|inf))?"
 )
 JSON_START = re.compile(r"\s*(?:\{|\[\s*(?:\{|\]|$))")  # an object or a list of them
+PER_POSITION = (
+    "sglang:spec_accept_rate_per_position",
+    "sglang:spec_total_accept_rate_per_position",
+)
 GAUGES = ("sglang:spec_accept_length", "sglang:spec_accept_rate")
 
 # path in the wheel, qualified name, first line in 0.5.23, sha256 of its dedented text.
@@ -192,6 +196,7 @@ def check_prometheus(path: str, d: int | None) -> list[Finding]:
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[tuple[int, tuple[tuple[str, str], ...]], dict[str, tuple[float, int]]] = {}
+    per_position: list[int] = []
     scrape = 0
     seen: set[str] = set()
     for no, text in iter_text_lines(path):
@@ -201,7 +206,7 @@ def check_prometheus(path: str, d: int | None) -> list[Finding]:
                 scrape, seen = scrape + 1, set()
             seen.add(name)
             continue
-        if not text.startswith("sglang:spec_accept_"):
+        if not text.startswith(("sglang:spec_accept_", "sglang:spec_total_accept_")):
             continue
         try:
             families = list(text_string_to_metric_families(text + "\n"))
@@ -212,21 +217,38 @@ def check_prometheus(path: str, d: int | None) -> list[Finding]:
                 if s.name in GAUGES:
                     labels = tuple(sorted(s.labels.items()))
                     found.setdefault((scrape, labels), {})[s.name] = (s.value, no)
-    if not found:
+                elif s.name.startswith(PER_POSITION):
+                    if not (math.isfinite(s.value) and 0 <= s.value <= 1):
+                        raise BadInput(path, no, 1, f"{s.name} {s.value} is outside [0, 1]")
+                    per_position.append(no)
+    if not found and not per_position:
         raise BadInput(path, 1, 1, "no sglang:spec_accept_length / _rate sample")
     out: list[Finding] = []
+    if per_position:
+        out.append(
+            Finding(
+                path,
+                per_position[0],
+                NOTE,
+                "sglang per-position series",
+                f"{len(per_position)} sglang:spec_*accept_rate_per_position samples, each in"
+                " [0, 1]: conditional rates of a release newer than"
+                f" {VERSION} (sgl-project/sglang#31750: positions outside the current draft"
+                " budget are unobserved), not checkable against the interval gauges",
+            )
+        )
     for (_, labels), series in sorted(
         found.items(), key=lambda kv: min(v[1] for v in kv[1].values())
     ):
+        for name, (value, at) in series.items():
+            if not (math.isfinite(value) and value >= 0) or (name == GAUGES[1] and value > 1):
+                raise BadInput(path, at, 1, f"{name} reads {value}: SGLang cannot export it")
         if GAUGES[0] not in series:
+            line = series[GAUGES[1]][1]
+            out.append(Finding(path, line, NOTE, "sglang gauges", "accept rate without length"))
             continue
         length, line = series[GAUGES[0]]
         rate = series.get(GAUGES[1], (None, line))[0]
-        for value, what in ((length, "length"), (rate, "rate")):
-            if value is not None and not (math.isfinite(value) and value >= 0):
-                raise BadInput(path, line, 1, f"sglang:spec_accept_{what} reads {value}")
-        if rate is not None and rate > 1:
-            raise BadInput(path, line, 1, f"sglang:spec_accept_rate {rate} is above 1")
         where = ",".join(f"{k}={v}" for k, v in labels) or "no labels"
         out.extend(_interval(path, line, length, rate, d, f"sglang gauges ({where})"))
     out.append(

@@ -223,3 +223,25 @@ def test_released_code_counts_as_declared(tmp_path: Path) -> None:
     log.write_text(f"Decode batch, accept len: {length:.2f}, accept rate: {rate:.2f}, \n")
     code, out = run(str(log), "--draft-tokens", str(k))
     assert code == 0, out
+
+
+def test_rate_alone_and_per_position_series(tmp_path: Path) -> None:
+    """A scrape with the rate gauge alone, or only the per-position series of newer releases
+    (sgl-project/sglang#31750), is read, not an internal error; a rate above 1 is exit 2."""
+    f = tmp_path / "metrics.txt"
+    f.write_text('sglang:spec_accept_rate{model_name="m"} 0.4\n')
+    code, out = run(str(f))
+    assert code == 0 and "accept rate without length" in out, out
+    f.write_text('sglang:spec_accept_rate_per_position{position="0"} 0.9\n')
+    code, out = run(str(f))
+    assert code == 0 and "per-position" in out, out
+    f.write_text('sglang:spec_accept_rate_per_position{position="0"} 1.9\n')
+    assert run(str(f))[0] == 2
+
+
+def test_gauge_values_the_engine_cannot_export_are_exit_2(tmp_path: Path) -> None:
+    f = tmp_path / "metrics.txt"
+    for text in ("sglang:spec_accept_rate 1.5\n", "sglang:spec_accept_length NaN\n"):
+        f.write_text(text)
+        code, out = run(str(f))
+        assert code == 2 and f"{f}:1:" in out, out
