@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 from spectally.exit_codes import EXIT_COMMON, ExitCode
@@ -25,7 +25,7 @@ EXIT_HELP = (
 )
 
 
-def run_findings(check: Callable[[], list[Finding]], as_json: bool) -> None:
+def run_findings(check: Callable[[], list[Finding]], as_json: bool) -> NoReturn:
     """Print an importer's findings (or its bad input) and exit with the contract's code."""
     from spectally.engine_bridge.importers.findings import exit_code, render_findings
     from spectally.engine_bridge.steplog.source import BadInput
