@@ -318,3 +318,13 @@ def test_gzipped_scrapes_and_responses_are_read(tmp_path: Path) -> None:
     )
     assert code == 0, text
     assert "1 verification steps" in text
+
+
+@pytest.mark.parametrize("name", ["mamba", "noise05", "same", "unrelated", "vllm-workload"])
+def test_every_committed_capture_summary_is_consistent(name: str) -> None:
+    """The real llama-server captures of tests/fixtures/llamacpp (llama.cpp 0.5.0-dev, commit
+    0c1e570: the 'mean len' layout, restore-and-replay pairs in mamba) pass every check."""
+    log = Path(__file__).parent.parent / "fixtures" / "llamacpp" / f"{name}.server.log"
+    code, out = run(str(log))
+    assert code == 0, out
+    assert " 0 violations" in out and "(mean-len)" in out
