@@ -32,6 +32,16 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (symlinks resolved; a missing one is not the same)."""
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 @click.command("llamacpp", epilog=EXIT_HELP)
 @click.argument("server_log", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
@@ -95,6 +105,11 @@ def llamacpp_cmd(
         run_findings(lambda: check_summaries(server_log), as_json)
 
     from spectally.engine_bridge.llamacpp.importer import import_log, refused_by_replay, write
+
+    for given in (server_log, metrics_before, metrics_after, responses):
+        if given and given != "-" and _same_file(given, out):
+            click.echo(f"{out}:1:1: --out is an input of this command ({given})", err=True)
+            sys.exit(ExitCode.BAD_INPUT)
 
     try:
         result = import_log(

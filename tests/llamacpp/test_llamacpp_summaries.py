@@ -328,3 +328,15 @@ def test_every_committed_capture_summary_is_consistent(name: str) -> None:
     code, out = run(str(log))
     assert code == 0, out
     assert " 0 violations" in out and "(mean-len)" in out
+
+
+def test_out_naming_an_input_is_refused(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    text = server_log(["accepted  2/ 4 draft tokens"], 4, 2)
+    log.write_text(text)
+    link = tmp_path / "link.ndjson"
+    link.symlink_to(log)
+    for out in (log, link):
+        code, msg = run(str(log), "--out", str(out), "--engine-version", "0.5.0")
+        assert code == 2 and "is an input" in msg, msg
+    assert log.read_text() == text
