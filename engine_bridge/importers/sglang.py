@@ -103,9 +103,12 @@ def _num(path: str, no: int, col: int, text: str, what: str, hi: float | None) -
     return value
 
 
-def read_log(path: str) -> list[LogLine]:
+Lines = list[tuple[int, str]]
+
+
+def read_log(path: str, lines: Lines) -> list[LogLine]:
     out = []
-    for no, text in iter_text_lines(path):
+    for no, text in lines:
         if "accept len: " not in text:
             continue
         m = LOG_RE.search(text)
@@ -181,17 +184,17 @@ def _interval(
     ]
 
 
-def check_log(path: str, d: int | None) -> list[Finding]:
-    lines = read_log(path)
-    if not lines:
+def check_log(path: str, d: int | None, lines: Lines) -> list[Finding]:
+    parsed = read_log(path, lines)
+    if not parsed:
         raise BadInput(path, 1, 1, "no SGLang 'Decode batch ... accept len:' line")
     out: list[Finding] = []
-    for x in lines:
+    for x in parsed:
         out.extend(_interval(path, x.line, x.length, x.rate, d, "sglang decode-batch line"))
     return out
 
 
-def check_prometheus(path: str, d: int | None) -> list[Finding]:
+def check_prometheus(path: str, d: int | None, lines: Lines) -> list[Finding]:
     """Per label set and scrape: the two interval gauges, as one interval."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -199,7 +202,7 @@ def check_prometheus(path: str, d: int | None) -> list[Finding]:
     per_position: list[int] = []
     scrape = 0
     seen: set[str] = set()
-    for no, text in iter_text_lines(path):
+    for no, text in lines:
         if text.startswith("# TYPE "):
             name = text.split()[2] if len(text.split()) > 2 else ""
             if name in seen:
@@ -275,8 +278,7 @@ def _field(meta: dict[str, Any], name: str) -> Any:
     return meta.get(name, meta.get(NAMES.get(name, "")))
 
 
-def _meta_items(path: str) -> list[tuple[int, dict[str, Any]]]:
-    text_lines = list(iter_text_lines(path))
+def _meta_items(path: str, text_lines: Lines) -> list[tuple[int, dict[str, Any]]]:
     whole = "\n".join(t for _, t in text_lines).strip()
     items: list[tuple[int, Any]] = []
     if whole.startswith("["):
@@ -318,10 +320,10 @@ def _ratio(
         said.append(f"{name} = {num}/{den}")
 
 
-def check_meta(path: str, d: int | None) -> list[Finding]:
+def check_meta(path: str, d: int | None, lines: Lines) -> list[Finding]:
     """Every per-request identity of tokenizer_manager.py:3138-3172."""
     out: list[Finding] = []
-    items = _meta_items(path)
+    items = _meta_items(path, lines)
     if not items:
         raise BadInput(path, 1, 1, "empty input: no response to check")
     for no, meta in items:
@@ -375,13 +377,14 @@ def check_files(paths: list[str], d: int | None = None) -> list[Finding]:
     """Each file by what it holds: meta_info JSON, a Prometheus scrape or a server log."""
     out: list[Finding] = []
     for path in paths:
-        first = next((t for _, t in iter_text_lines(path) if t.strip()), "")
+        lines = list(iter_text_lines(path))  # read once: a pipe or - gives its bytes once
+        first = next((t for _, t in lines if t.strip()), "")
         if JSON_START.match(first):
-            out.extend(check_meta(path, d))
+            out.extend(check_meta(path, d, lines))
         elif first.startswith("#") or first.startswith("sglang:"):
-            out.extend(check_prometheus(path, d))
+            out.extend(check_prometheus(path, d, lines))
         else:
-            out.extend(check_log(path, d))
+            out.extend(check_log(path, d, lines))
     return out
 
 

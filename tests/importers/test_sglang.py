@@ -245,3 +245,10 @@ def test_gauge_values_the_engine_cannot_export_are_exit_2(tmp_path: Path) -> Non
         f.write_text(text)
         code, out = run(str(f))
         assert code == 2 and f"{f}:1:" in out, out
+
+
+def test_stdin_is_read_once(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        main, ["import", "sglang", "-"], input=json.dumps({"meta_info": META_33518}) + "\n"
+    )
+    assert res.exit_code == 0 and "1 ok" in res.output, res.output
