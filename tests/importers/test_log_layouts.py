@@ -56,6 +56,13 @@ REAL = {
         " tokens",
         "v1-rate-only",
     ),
+    # vllm-project/vllm issue #15958, 2025-04-02: main at 44f990515 printing the line with
+    # nothing drafted (speculative decoding off), nan% as vLLM prints it
+    "v1-15958-nan": (
+        "INFO 04-02 18:03:41 [metrics.py:53] SpecDecoding metrics: Draft acceptance rate: nan%,"
+        " Accepted: 0 tokens, Drafted: 0 tokens",
+        "v1-rate-only",
+    ),
     # vllm-project/vllm PR #24127, description (test result of 2025-09-09)
     "v1-24127": (
         "(APIServer pid=2236552) INFO 09-09 11:51:35 [metrics.py:96] SpecDecoding metrics: Draft"

@@ -10,6 +10,7 @@ scrapes here are written by prometheus_client itself under those names and label
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -161,12 +162,13 @@ def test_a_gauge_is_neither_monotone_nor_differenced(tmp_path: Path) -> None:
 def test_ray_scrape_through_the_command(tmp_path: Path) -> None:
     eng = RayEngine(2)
     eng.observe(2, 1, "x")
-    path = tmp_path / "ray.prom"
-    path.write_text(eng.scrape())
-    result = CliRunner().invoke(import_group, ["prometheus", str(path)])
-    assert result.exit_code == 0, result.output
-    assert "0 violations" in result.stdout
-    path.write_text("ray_serve_deployment_request_counter_total 3\n")
-    bad = CliRunner().invoke(import_group, ["prometheus", str(path)])
-    assert bad.exit_code == 2
-    assert "Served through Ray: ray_vllm_spec_decode_*" in bad.stderr
+    scrape, unrelated = tmp_path / "ray.prom", tmp_path / "serve.prom"
+    scrape.write_text(eng.scrape())
+    unrelated.write_text("ray_serve_deployment_request_counter_total 3\n")
+    runner = CliRunner()
+    rows = json.loads(runner.invoke(import_group, ["prometheus", "--json", str(scrape)]).stdout)
+    assert [row["verdict"] for row in rows] == [OK]
+    assert 'ReplicaId="x"' in rows[0]["message"] and "drafted 2, accepted 1" in rows[0]["message"]
+    refused = runner.invoke(import_group, ["prometheus", str(unrelated)])
+    assert refused.exit_code == 2
+    assert "Served through Ray: ray_vllm_spec_decode_*" in refused.stderr
