@@ -213,10 +213,12 @@ class Departure:
 def _match_one(layout: Layout, text: str, start: int) -> Parsed | Departure:
     pos = start
     values: dict[str, tuple[str, int]] = {}
+    after: Conv | None = None  # the conversion just read, when it is the per-position list
     for part in layout.parts:
         if isinstance(part, str):
             if text.startswith(part, pos):
                 pos += len(part)
+                after = None
                 continue
             if not text[pos:].strip() and part.startswith(text[pos:]) and not part.strip():
                 pos = len(text)  # a paste lost the format's trailing space
@@ -226,17 +228,27 @@ def _match_one(layout: Layout, text: str, start: int) -> Parsed | Departure:
                 if text[pos + common] != part[common]:
                     break
                 common += 1
+            if after is not None and common <= 2 and text.startswith(", ", pos):
+                return _list_entry(layout, after, pos)  # the list goes on with a non-rate
             return Departure(layout, pos + common, part[common:], None)
         m = part.pattern().match(text, pos)
         if m is None or (part.kind != "s" and not m.group()):
             return Departure(layout, pos, part.printed_as(), part)
         values[part.name] = (m.group(), pos)
         pos = m.end()
+        after = part if part.kind == "s" else None
     end = TRAIL.match(text, pos)
     assert end is not None  # TRAIL matches the empty string
     if end.end() != len(text):
+        if after is not None and text.startswith(", ", pos):
+            return _list_entry(layout, after, pos)
         return Departure(layout, pos, "the end of the line", None)
     return Parsed(layout, values)
+
+
+def _list_entry(layout: Layout, conv: Conv, pos: int) -> Departure:
+    """A per-position list whose next entry, after its ", ", is no rate (empty or garbled)."""
+    return Departure(layout, pos + 2, "a %.3f rate", conv)
 
 
 def match(text: str, start: int) -> Parsed | Departure:

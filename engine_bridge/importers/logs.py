@@ -46,6 +46,7 @@ from .findings import NOTE, OK, VIOLATION, Finding
 from .log_layouts import LAYOUTS, MARKERS, Departure, Layout, Parsed, find_marker, match
 
 MARKER = "SpecDecoding metrics:"
+KNOWN_VERSIONS = "0.4.1-0.34"  # the releases whose layouts `LAYOUTS` holds
 POS_HALF_ULP = 0.0005  # f"{p:.3f}"
 EPS = 1e-9
 # vLLM's log prefix: "%(levelname)s %(asctime)s" with datefmt "%m-%d %H:%M:%S"
@@ -137,6 +138,12 @@ def parse_line(path: str, lineno: int, text: str) -> LogLine | None:
 def _departure_message(d: Departure, text: str) -> str:
     found = text[d.at : d.at + 24]
     shown = repr(found) if found else "the end of the line"
+    if d.conv is not None and d.conv.kind == "s":
+        return (
+            f"{d.conv.label} has an entry that is no rate: {shown} where vLLM prints"
+            f" {d.conv.printed_as()} (an entry is missing or cut) in the layout"
+            f" {d.layout.describe()}"
+        )
     if d.conv is not None:
         return (
             f"{d.conv.label} is {shown}, not a value vLLM prints there ({d.conv.printed_as()})"
@@ -144,8 +151,9 @@ def _departure_message(d: Departure, text: str) -> str:
         )
     known = ", ".join(layout.describe() for layout in LAYOUTS if layout.marker == d.layout.marker)
     return (
-        f"'{d.layout.marker}' line in no layout this reader knows (an older or a modified vLLM,"
-        f" not supported): it departs from the nearest, {d.layout.describe()}, here, where that"
+        f"'{d.layout.marker}' line in no layout of vLLM {KNOWN_VERSIONS} (an older or a"
+        f" modified vLLM, not supported): it departs from the nearest, {d.layout.describe()},"
+        " here, where that"
         f" layout has {d.expected[:40]!r} and the line {shown} (known: {known})"
     )
 

@@ -399,7 +399,9 @@ def test_an_unknown_layout_names_the_nearest_and_where_it_departs() -> None:
     err = refusal(text)
     col = text.index("Rejected") + 1
     assert (err.line, err.column) == (3, col)
-    assert "in no layout this reader knows (an older or a modified vLLM, not supported)" in str(err)
+    assert "in no layout of vLLM 0.4.1-0.34 (an older or a modified vLLM, not supported)" in str(
+        err
+    )
     assert "nearest, v1-rate-only (vLLM 0.8.3-0.8.4)" in str(err)
     assert "'Drafted: '" in str(err)
 
@@ -423,21 +425,27 @@ def test_a_value_the_format_does_not_print_is_named() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rates", "field"),
+    ("rates", "reason", "at"),
     [
-        ("", "Per-position acceptance rate is an empty list"),
-        ("0.500, , 0.500", None),  # a missing entry departs at its column
-        ("0.500, 0.500, ", None),
+        ("", "Per-position acceptance rate is an empty list", "0.500, 0.500"[:0]),
+        ("0.500, , 0.500", "Per-position acceptance rate has an entry that is no rate", ", 0.500"),
+        ("0.500, 0.500, ", "Per-position acceptance rate has an entry that is no rate", ""),
+        ("0.500, 0.5", "Per-position acceptance rate has an entry that is no rate", "0.5"),
     ],
 )
-def test_empty_or_short_per_position_lists_are_bad_input(rates: str, field: str | None) -> None:
+def test_empty_or_short_per_position_lists_are_bad_input(rates: str, reason: str, at: str) -> None:
+    """Each is exit 2 naming the field, its column at the list (empty) or at the entry that is
+    no rate, in both layouts: the list last (0.8.5-0.10.1.1) and before the rate (0.10.2+)."""
     for fmt in (V1_CURRENT % (2.0, 1, 2, 2, 4, rates, 50.0), V1_16665 % (50.0, 2.0, 2, 4, rates)):
-        err = refusal("INFO " + fmt)
-        if field:
-            assert field in str(err)
-            assert err.column == ("INFO " + fmt).index("Per-position acceptance rate: ") + 31
+        text = "INFO " + fmt
+        err = refusal(text)
+        assert reason in str(err), str(err)
+        start = text.index("Per-position acceptance rate: ") + len("Per-position acceptance rate: ")
+        if not rates:
+            assert err.column == start + 1
         else:
-            assert "Per-position" not in str(err) or "departs" in str(err)
+            entry = rates.rindex(at) if at else len(rates)
+            assert err.column == start + entry + 1, (err.column, text[err.column - 1 :][:20])
 
 
 def test_empty_per_position_list_through_the_command_is_exit_2(tmp_path: Path) -> None:
