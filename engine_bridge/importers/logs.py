@@ -19,8 +19,9 @@ and says so, and a consistent line is never flagged:
 * an integer n with A/n inside the mean's rounding interval and D <= k·n must exist;
 * per-position rates are non-increasing (rounding is monotone, so exactly);
 * throughputs: both are count / elapsed, so |acc_tp·D - dr_tp·A| <= 0.005·(A + D); where two
-  consecutive lines of one process carry timestamps, the elapsed time D/dr_tp is compared with
-  the time between them (a note when they differ: lines of another engine or a cut paste);
+  consecutive lines of one process and engine (the ``Engine NNN:`` stats line V1 prints just
+  before) carry timestamps, the elapsed time D/dr_tp is compared with the time between them (a
+  note when they differ: lines of an unnamed engine in between, or a cut paste);
 * V0: D is a multiple of k (vLLM asserts it) and the system efficiency is E / ((D // k)·(k + 1))
   (``get_max_num_emitted_tokens``), within 0.0005;
 * A <= D.
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..steplog.limits import MAX_K, digits_too_long
@@ -50,6 +51,9 @@ KNOWN_VERSIONS = "0.4.1-0.34"  # the releases whose layouts `LAYOUTS` holds
 POS_HALF_ULP = 0.0005  # f"{p:.3f}"
 EPS = 1e-9
 # vLLM's log prefix: "%(levelname)s %(asctime)s" with datefmt "%m-%d %H:%M:%S"
+# V1's stats line, which the same logger prints just before the spec-decode line
+# (vllm/v1/metrics/loggers.py LoggingStatLogger.log: log_prefix, then spec_decoding_logging.log)
+_ENGINE = re.compile(r"Engine (\d{3}): ")
 _STAMP = re.compile(r"(?<!\d)(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?!\d)")
 
 
@@ -70,6 +74,7 @@ class LogLine:
     emitted: int | None = None
     stamp: datetime | None = None  # the prefix's mm-dd hh:mm:ss
     origin: str = ""  # the prefix before the timestamp: the printing process
+    engine: str = ""  # the "Engine NNN:" stats line just before it from the same process
 
     @property
     def rate_scale(self) -> float:
@@ -280,11 +285,17 @@ def read_lines(path: str) -> list[LogLine]:
     checked."""
     out: list[LogLine] = []
     seen = 0
+    engines: dict[str, str] = {}  # per process, the engine of its last "Engine NNN:" line
     for lineno, text in iter_text_lines(path):
         seen = lineno
         parsed = parse_line(path, lineno, text)
         if parsed is not None:
-            out.append(parsed)
+            engine = engines.get(parsed.origin, "")
+            out.append(replace(parsed, engine=engine) if engine else parsed)
+        elif "Engine " in text:
+            m = _ENGINE.search(text)
+            if m is not None:
+                engines[_prefix(text[: m.start()])[1]] = m.group(1)
     if not out:
         first, *older = MARKERS
         nor = "".join(f" (nor '{m}')" for m in older)
@@ -529,7 +540,7 @@ def check_interval(prev: LogLine, x: LogLine) -> Finding | None:
     the previous line of the same process: vLLM measures it from its previous line, and each
     timestamp is cut to the second. A note, never a violation, when they differ: another
     engine's lines in between, or a paste that left lines out, give the same picture."""
-    if x.stamp is None or prev.stamp is None or x.origin != prev.origin:
+    if x.stamp is None or prev.stamp is None or (x.origin, x.engine) != (prev.origin, prev.engine):
         return None
     if x.dr_tp is None or x.acc_tp is None or prev.dr_tp is None:
         return None
@@ -570,15 +581,15 @@ def check_files(paths: list[str], metrics: str | None = None) -> list[Finding]:
     for path in paths:
         parsed = read_lines(path)
         lines.extend(parsed)
-        last: dict[str, LogLine] = {}
+        last: dict[tuple[str, str], LogLine] = {}
         for x in parsed:
             findings.extend(check_line(x))
-            prev = last.get(x.origin)
+            prev = last.get((x.origin, x.engine))
             if prev is not None:
                 interval = check_interval(prev, x)
                 if interval is not None:
                     findings.append(interval)
-            last[x.origin] = x
+            last[(x.origin, x.engine)] = x
     if metrics is not None and lines:
         findings.append(_reconcile(lines, metrics))
     return findings

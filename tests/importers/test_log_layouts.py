@@ -495,3 +495,28 @@ def test_no_marker_names_both(tmp_path: Path) -> None:
     assert (
         "no 'SpecDecoding metrics:' line (nor 'Speculative metrics:') in 1 lines" in result.stderr
     )
+
+
+def test_data_parallel_engines_are_told_apart_by_their_stats_line(tmp_path: Path) -> None:
+    """With several engines one API server prints each engine's 'Engine NNN:' stats line and
+    then that engine's spec-decode line (vllm/v1/metrics/loggers.py LoggingStatLogger.log), all
+    with one pid: each engine's interval is measured from its own previous line."""
+    lines = []
+    for t in (0, 10, 20):
+        for engine, at in (("000", t), ("001", t + 5)):
+            head = f"(APIServer pid=9) INFO 11-29 16:40:{at:02d} [loggers.py:260] "
+            lines.append(head + f"Engine {engine}: Avg prompt throughput: 0.0 tokens/s")
+            lines.append(
+                head.replace("loggers.py:260", "metrics.py:137")
+                + V1_CURRENT % (1.5, 2.0, 4.0, 20, 40, "0.500, 0.000, 0.000, 0.000", 50.0)
+            )
+    path = tmp_path / "dp.log"
+    path.write_text("".join(line + "\n" for line in lines))
+    findings = logs.check_files([str(path)])
+    intervals = [f for f in findings if f.check == "interval vs timestamps"]
+    assert [(f.line, f.verdict) for f in intervals] == [(6, OK), (8, OK), (10, OK), (12, OK)]
+    assert "the 10s since line 2" in intervals[0].message
+    # without the stats lines the engines cannot be told apart: 5s gaps, a note each
+    path.write_text("".join(line + "\n" for line in lines if "Engine 0" not in line))
+    notes = [f for f in logs.check_files([str(path)]) if f.verdict == NOTE]
+    assert len(notes) == 5 and {f.check for f in notes} == {"interval vs timestamps"}
