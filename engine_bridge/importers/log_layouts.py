@@ -115,6 +115,9 @@ class Layout:
     def describe(self) -> str:
         return f"{self.name} (vLLM {self.versions})"
 
+    def __str__(self) -> str:
+        return self.name
+
 
 # Newest first. Each format string is copied from the vLLM source named in `source`.
 LAYOUTS: tuple[Layout, ...] = (

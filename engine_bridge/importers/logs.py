@@ -77,6 +77,11 @@ class LogLine:
     engine: str = ""  # the "Engine NNN:" stats line just before it from the same process
 
     @property
+    def versions(self) -> str:
+        """The vLLM releases that print this line's layout."""
+        return self.layout.versions
+
+    @property
     def rate_scale(self) -> float:
         return rate_scale(self.layout)
 

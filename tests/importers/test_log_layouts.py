@@ -100,6 +100,7 @@ def test_real_pasted_lines_are_read_and_consistent(name: str) -> None:
     findings = logs.check_line(x)
     assert [f.verdict for f in findings] == [OK], [f.render() for f in findings]
     assert findings[0].message.startswith(x.layout.describe())
+    assert (str(x.layout), x.versions) == (layout, x.layout.versions)  # what `explain` names
 
 
 def test_real_v0_values_and_efficiency() -> None:
