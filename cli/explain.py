@@ -111,9 +111,7 @@ def _vllm_log(path: str, no: int, text: str) -> tuple[str, str] | None:
         return (f"unread: {exc.reason}", "a layout `import logs` does not read")
     if parsed is None:
         return None
-    layout = getattr(parsed, "layout", "'SpecDecoding metrics:' with mean length and rate")
-    versions = getattr(parsed, "versions", "the layout `import logs` reads; see its --help")
-    return str(layout), str(versions)
+    return parsed.layout.name, parsed.layout.versions
 
 
 def explain(path: str) -> Explanation:

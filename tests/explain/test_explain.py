@@ -40,7 +40,10 @@ def test_real_files_are_explained(path: Path, engine: str, kind: str, command: s
     assert kind in head and f"of {engine}" in head, out
     assert command in out and "in the RFC's terms" in out
     if engine == "vLLM":  # recognised by `import logs`' own parser, not by a fallback
-        assert "layout: 'SpecDecoding metrics:'" in out
+        from spectally.engine_bridge.importers import logs
+
+        layout = logs.read_lines(str(path))[0].layout
+        assert f"layout: {layout.name} ({layout.versions})" in out
 
 
 def test_traced_and_untraced_llamacpp_logs_differ(tmp_path: Path) -> None:
