@@ -200,6 +200,7 @@ FAMILY_CASES = [
     ),
     ("rate(ray_vllm_spec_decode_draft_acceptance_rate[5m])", ["rate-of-gauge"]),
     (f"{RA} / rate(ray_vllm_spec_decode_num_drafts_total[5m])", ["mean-length-plus-one"]),
+    (f"{RA} / rate(spectally:spec_decode_num_drafted_tokens_total[5m])", ["mixed-versions"]),
     # llama.cpp: proposed denominator, its own names
     (f"{CA} / {CD}", []),
     (f"{CA} / {D}", ["mixed-versions"]),
@@ -224,13 +225,15 @@ def test_messages_name_the_family_and_the_fix(tmp_path: Path) -> None:
         "groups:\n- name: g\n  rules:\n"
         f"  - record: lmdeploy:acceptance\n    expr: {LA} / {LD}\n"
         "  - alert: SGLangLow\n    expr: rate(sglang:spec_accept_rate[5m]) < 0.2\n"
+        "  - alert: LMDeployLow\n    expr: rate(lmdeploy:spec_decode_mean_accept_rate[5m]) < 0.2\n"
     )
-    configured, gauge = lint.lint_file(str(path))
+    configured, gauge, lmdeploy_gauge = lint.lint_file(str(path))
     assert configured.check == "configured-denominator" and configured.line == 5
     assert "lmdeploy:spec_decode_num_draft_tokens_total" in configured.message
     assert "configured draft length" in configured.message and "M1" in configured.message
     assert "lmdeploy:spec_decode_num_drafts_total" in configured.fix
     assert gauge.check == "rate-of-gauge" and "SGLang" in gauge.message
+    assert "LMDeploy" in lmdeploy_gauge.message and "last logging interval" in gauge.message
 
 
 def test_rules_of_every_family_lint_clean(tmp_path: Path) -> None:
