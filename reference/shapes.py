@@ -90,21 +90,27 @@ def chain_admissibility(s: ChainStep[N], k_max: N, ar: Arith[N, B]) -> list[tupl
     ]
 
 
-def chain_step(s: ChainStep[N], ar: Arith[N, B]) -> ShapeTotals[N]:
-    """What one chain step adds to its stream."""
-    has_drafts = ar.lt(ar.lit(0), s.proposed)
+def step_adds(drafted: N, verified: N, accepted: N, filler: N, ar: Arith[N, B]) -> ShapeTotals[N]:
+    """What one step of any shape adds to its stream, from its drafts' counts."""
+    has_drafts = ar.lt(ar.lit(0), drafted)
     one, zero = ar.lit(1), ar.lit(0)
     return ShapeTotals(
-        # [FILL-1] fillers are drafted, verified and accepted like any draft
-        drafted=s.proposed,
-        verified=s.verified,
-        accepted=s.accepted,
-        # [VK-2] a step with K_t = 0 is no spec step; it adds one zero_draft_step instead
+        drafted=drafted,
+        verified=verified,
+        accepted=accepted,
+        # [VK-2] a step with K_t = 0 (an empty tree too) is no spec step; it adds one
+        # zero_draft_step instead
         spec_steps=ar.ite(has_drafts, one, zero),
         zero_draft_steps=ar.ite(has_drafts, zero, one),
-        # [FILL-3] the filler sub-count makes them visible
-        filler=s.filler,
+        filler=filler,
     )
+
+
+def chain_step(s: ChainStep[N], ar: Arith[N, B]) -> ShapeTotals[N]:
+    """What one chain step adds to its stream."""
+    # [FILL-1] fillers are drafted, verified and accepted like any draft;
+    # [FILL-3] the filler sub-count makes them visible
+    return step_adds(s.proposed, s.verified, s.accepted, s.filler, ar)
 
 
 def chain_position(s: ChainStep[N], position: N, ar: Arith[N, B]) -> tuple[N, N, N]:
@@ -195,17 +201,8 @@ def tree_add_layer(w: TreeWalk[N, B], layer: TreeLayer[N, B], ar: Arith[N, B]) -
 
 
 def tree_step(w: TreeWalk[N, B], ar: Arith[N, B]) -> ShapeTotals[N]:
-    """What a whole tree step (every depth walked) adds to its stream."""
-    has_drafts = ar.lt(ar.lit(0), w.drafted)
-    one, zero = ar.lit(1), ar.lit(0)
-    return ShapeTotals(
-        drafted=w.drafted,
-        verified=w.verified,
-        accepted=w.accepted,
-        spec_steps=ar.ite(has_drafts, one, zero),  # VK-2 for trees: an empty tree is depth 0
-        zero_draft_steps=ar.ite(has_drafts, zero, one),
-        filler=zero,
-    )
+    """What a whole tree step (every depth walked) adds to its stream: no fillers."""
+    return step_adds(w.drafted, w.verified, w.accepted, ar.lit(0), ar)
 
 
 def chain_layer(s: ChainStep[N], depth: N, ar: Arith[N, B]) -> TreeLayer[N, B]:

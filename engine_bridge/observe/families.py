@@ -163,6 +163,21 @@ def _ray(scheme: Scheme) -> Scheme:
     )
 
 
+def _vllm_shaped(name: str, title: str, prefix: str) -> Scheme:
+    """A scheme under vLLM 0.32's names with another engine's prefix (no verified counter)."""
+    return Scheme(
+        name,
+        title,
+        drafted=prefix + "num_draft_tokens_total",
+        verified=None,
+        accepted=prefix + "num_accepted_tokens_total",
+        spec_steps=prefix + "num_drafts_total",
+        drafted_pos=None,
+        verified_pos=None,
+        accepted_pos=prefix + "num_accepted_tokens_per_pos_total",
+    )
+
+
 # Rules schemes of the other families (the vLLM ones are schemes.SCHEMES). LMDeploy's drafted
 # is configured: `rules.derived` writes no acceptance rate for it.
 FAMILY_SCHEMES: dict[str, Scheme] = {
@@ -170,28 +185,8 @@ FAMILY_SCHEMES: dict[str, Scheme] = {
     for s in (
         _ray(SCHEMES["vllm"]),
         _ray(SCHEMES["rfc"]),
-        Scheme(
-            "llamacpp",
-            "llama.cpp server",
-            drafted=_C + "num_draft_tokens_total",
-            verified=None,
-            accepted=_C + "num_accepted_tokens_total",
-            spec_steps=_C + "num_drafts_total",
-            drafted_pos=None,
-            verified_pos=None,
-            accepted_pos=_C + "num_accepted_tokens_per_pos_total",
-        ),
-        Scheme(
-            "lmdeploy",
-            "LMDeploy 0.18 (drafted = configured k x steps)",
-            drafted=_L + "num_draft_tokens_total",
-            verified=None,
-            accepted=_L + "num_accepted_tokens_total",
-            spec_steps=_L + "num_drafts_total",
-            drafted_pos=None,
-            verified_pos=None,
-            accepted_pos=_L + "num_accepted_tokens_per_pos_total",
-        ),
+        _vllm_shaped("llamacpp", "llama.cpp server", _C),
+        _vllm_shaped("lmdeploy", "LMDeploy 0.18 (drafted = configured k x steps)", _L),
     )
 }
 
