@@ -105,12 +105,17 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
     show_default=True,
     help="whose RFC counters the rfc side reads: the backport's spectally:* or REP-1's names",
 )
-def dashboard(out_file: str, rfc: str) -> None:
+@click.option(
+    "--ray",
+    is_flag=True,
+    help="vLLM served through Ray Serve: read vLLM's names as ray_vllm_*",
+)
+def dashboard(out_file: str, rfc: str, ray: bool) -> None:
     """Write a Grafana dashboard: acceptance rate and length legacy vs rfc, per position,
     drafted / verified / accepted rates."""
     from spectally.engine_bridge.observe import dashboard as gen
 
-    text = gen.render(rfc)
+    text = gen.render(rfc, ray)
     if out_file == "-":
         click.echo(text, nl=False)
         return

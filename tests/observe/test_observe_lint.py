@@ -240,3 +240,16 @@ def test_rules_of_every_family_lint_clean(tmp_path: Path) -> None:
     (tmp_path / "r.yml").write_text(rules.render(list(rules.RULE_SCHEMES)))
     assert len(lint.queries(str(tmp_path / "r.yml"))) > 100
     assert lint.lint_file(str(tmp_path / "r.yml")) == []
+
+
+def test_the_ray_dashboard_reads_ray_names_and_lints_clean(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["dashboard", "--ray", "--rfc", "rfc", "--out", "-"])
+    assert result.exit_code == 0, result.output
+    (tmp_path / "d.json").write_text(result.output)
+    exprs = [q.expr for q in lint.queries(str(tmp_path / "d.json"))]
+    assert len(exprs) >= 15 and all("vllm:" not in e for e in exprs)
+    assert any("ray_vllm_spec_decode_num_verified_draft_tokens_total" in e for e in exprs)
+    assert lint.lint_file(str(tmp_path / "d.json")) == []
+    backport = dashboard.render(ray=True)
+    assert "ray_vllm_spec_decode_num_draft_tokens_total" in backport
+    assert "spectally:spec_decode_num_drafted_tokens_total" in backport
