@@ -523,9 +523,10 @@ def _mixed(expr: pp.Expr) -> list[Hit]:
 def _gauge_why(name: str) -> str:
     family = fam.family_of(name)
     if family is not None and family.denominator == fam.CONFIGURED:
+        configured = ", over the configured draft length" if name in fam.CONFIGURED_RATES else ""
         return (
-            f"a gauge {family.engine} sets to its value over the last logging interval (a ratio"
-            " over the configured draft length, not a count)"
+            f"a gauge {family.engine} sets to its value over the last logging interval"
+            f"{configured}, not a count"
         )
     return "a gauge (a ratio or last-interval value computed by the exporter)"
 
