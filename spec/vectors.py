@@ -613,14 +613,14 @@ def rules_pinned(doc: dict[str, Any]) -> dict[str, list[str]]:
 # per depth). ``k_max`` bounds every chain step. ``expect`` holds the engine ``totals``, the
 # per-``requests`` and per-``streams`` counters (StreamCounters.to_dict), or the ``error``: the
 # stream and step no engine could produce and the rules it breaks. ``level`` is the conformance
-# level the vector checks: L1 drafted, accepted and steps; L2 adds verified; L3 adds the filler
-# sub-count, the fates and the per-position and per-depth vectors. A vector states only counters
+# level the vector checks: L1 drafted, accepted and steps; L2 adds verified; L3 adds
+# zero_draft_steps, the filler sub-count, the fates and the per-position and per-depth vectors. A vector states only counters
 # of its level, and at least one that needs it.
 
 LEVELS: dict[str, frozenset[str]] = {
-    "L1": frozenset({"drafted", "accepted", "spec_steps", "zero_draft_steps"}),
+    "L1": frozenset({"drafted", "accepted", "spec_steps"}),
     "L2": frozenset({"verified"}),
-    "L3": frozenset({"filler", "fates", "per_position", "per_depth"}),
+    "L3": frozenset({"zero_draft_steps", "filler", "fates", "per_position", "per_depth"}),
 }
 SHAPE_COUNTERS = frozenset().union(*LEVELS.values())
 

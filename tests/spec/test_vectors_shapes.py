@@ -43,6 +43,7 @@ def test_every_shape_and_level_is_covered() -> None:
 def test_levels_nest() -> None:
     assert level_counters("L1") < level_counters("L2") < level_counters("L3")
     assert "verified" not in level_counters("L1") and "filler" not in level_counters("L2")
+    assert "zero_draft_steps" in LEVELS["L3"]  # with the filler and the vectors (CORE C-L3)
 
 
 def _first(kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
