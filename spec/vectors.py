@@ -614,8 +614,8 @@ def rules_pinned(doc: dict[str, Any]) -> dict[str, list[str]]:
 # per-``requests`` and per-``streams`` counters (StreamCounters.to_dict), or the ``error``: the
 # stream and step no engine could produce and the rules it breaks. ``level`` is the conformance
 # level the vector checks: L1 drafted, accepted and steps; L2 adds verified; L3 adds
-# zero_draft_steps, the filler sub-count, the fates and the per-position and per-depth vectors. A vector states only counters
-# of its level, and at least one that needs it.
+# zero_draft_steps, the filler sub-count, the fates and the per-position and per-depth vectors.
+# A vector states only counters of its level, and at least one that needs it.
 
 LEVELS: dict[str, frozenset[str]] = {
     "L1": frozenset({"drafted", "accepted", "spec_steps"}),
