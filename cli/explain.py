@@ -130,14 +130,23 @@ def explain(path: str) -> Explanation:
     if isinstance(record, dict):
         return _explain_json(path, record)
     joined = "\n".join(texts)
-    if re.search(r"^(?:ray_)?vllm:spec_decode_", joined, re.M):
-        prefix = "ray_vllm:" if "ray_vllm:" in joined else "vllm:"
+    from spectally.engine_bridge.importers.prometheus import RAY_PREFIXES
+
+    # vLLM's own names, and the same names as Ray Serve exports them (the reader's list)
+    prefix = next(
+        (
+            p
+            for p in ("vllm:spec_decode_", *RAY_PREFIXES)
+            if re.search(f"^{re.escape(p)}", joined, re.M)
+        ),
+        None,
+    )
+    if prefix is not None:
         return Explanation(
             path,
             "vLLM",
             "Prometheus scrape",
-            f"{prefix}spec_decode_* counters"
-            + (" (served through Ray)" if "ray_" in prefix else ""),
+            f"{prefix}* counters" + (" (served through Ray)" if prefix in RAY_PREFIXES else ""),
             "vLLM V1 (0.8.x and later)",
             "spectally import prometheus FILE",
             [
