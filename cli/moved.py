@@ -30,6 +30,8 @@ _VLLM = f"{_BRIDGE}.vllm"
 MOVED: dict[str, str] = {
     "spectally.cli": "spectally.commands",
     "spectally.compare": "spectally.commands.compare",
+    "spectally.explain": "spectally.commands.explain",
+    "spectally.import_engines": "spectally.commands.import_engines",
     "spectally.import_llamacpp": "spectally.commands.import_llamacpp",
     "spectally.observe_cli": "spectally.commands.observe",
     "spectally.parity": "spectally.commands.parity",

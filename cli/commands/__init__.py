@@ -82,6 +82,16 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare two engines' acceptance figures in the RFC's terms",
         "bridge",
     ),
+    "conform": (
+        "spectally.commands.conform:conform",
+        "run an implementation of the core, in any language, against the core vectors",
+        "bridge",
+    ),
+    "explain": (
+        "spectally.commands.explain:explain_cmd",
+        "say what a file is and what can be checked from it",
+        "bridge",
+    ),
     "version-diff": (
         "spectally.commands.version_diff:version_diff",
         "a log's vLLM counters under each release's counting",

@@ -12,13 +12,18 @@ from spectally.exit_codes import ExitCode
 from . import exits
 
 SCHEME_NAMES = ("vllm", "rfc", "backport")
+# The other exporter families' schemes (engine_bridge/observe/families.py), written on request.
+FAMILY_SCHEME_NAMES = ("ray-vllm", "ray-rfc", "llamacpp", "lmdeploy")
 _schemes = click.option(
     "--scheme",
     "schemes",
-    type=click.Choice(SCHEME_NAMES),
+    type=click.Choice(SCHEME_NAMES + FAMILY_SCHEME_NAMES),
     multiple=True,
-    help="counter names to write rules for (repeatable; default: all): vllm (0.32-0.34 as"
-    " released), rfc (SPEC REP-1), backport (spectally:* of the backport)",
+    help="counter names to write rules for (repeatable; default: vllm, rfc and backport): vllm"
+    " (0.32-0.34 as released), rfc (SPEC REP-1), backport (spectally:* of the backport),"
+    " ray-vllm / ray-rfc (the same served through Ray Serve: ray_vllm_*), llamacpp"
+    " (llamacpp:spec_decode_*), lmdeploy (drafted is the configured k x steps: no acceptance"
+    " rate is written)",
 )
 
 
@@ -61,6 +66,10 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
 
     if logs and window != "5m":
         raise click.UsageError("--tests-from checks the 5m rules: leave --window at 5m")
+    if logs and set(schemes) - set(SCHEME_NAMES):
+        raise click.UsageError(
+            "--tests-from replays vLLM step logs into the vllm, rfc and backport schemes only"
+        )
     os.makedirs(out_dir, exist_ok=True)
     names = list(schemes) or None
     path = os.path.join(out_dir, "spectally-rules.yml")
@@ -97,12 +106,17 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
     show_default=True,
     help="whose RFC counters the rfc side reads: the backport's spectally:* or REP-1's names",
 )
-def dashboard(out_file: str, rfc: str) -> None:
+@click.option(
+    "--ray",
+    is_flag=True,
+    help="vLLM served through Ray Serve: read vLLM's names as ray_vllm_*",
+)
+def dashboard(out_file: str, rfc: str, ray: bool) -> None:
     """Write a Grafana dashboard: acceptance rate and length legacy vs rfc, per position,
     drafted / verified / accepted rates."""
     from spectally.engine_bridge.observe import dashboard as gen
 
-    text = gen.render(rfc)
+    text = gen.render(rfc, ray)
     if out_file == "-":
         click.echo(text, nl=False)
         return

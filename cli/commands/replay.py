@@ -13,6 +13,7 @@ from spectally.engine_bridge.steplog.records import BadInput
 from spectally.exit_codes import ExitCode
 
 from . import exits
+from .import_engines import sglang_cmd, trtllm_cmd
 from .import_llamacpp import llamacpp_cmd
 
 if TYPE_CHECKING:
@@ -257,8 +258,9 @@ _quiet = click.option("--quiet", "-q", is_flag=True, help="print only notes and 
 @_json
 @_quiet
 def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
-    """Check Prometheus text scrapes (one or many, in time order) of vllm:spec_decode_*:
-    counter invariants per engine label set and monotonicity across scrapes."""
+    """Check Prometheus text scrapes (one or many, in time order) of vllm:spec_decode_* (through
+    Ray Serve: ray_vllm_spec_decode_*): counter invariants per label set, monotonicity across
+    scrapes."""
     from spectally.engine_bridge.importers import prometheus
 
     _run_import(lambda: prometheus.check_files(list(files)), as_json, quiet)
@@ -275,8 +277,9 @@ def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
 @_json
 @_quiet
 def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: bool) -> None:
-    """Check the periodic 'SpecDecoding metrics:' log lines for internal consistency (mean
-    length vs per-position rates, rate vs Accepted/Drafted), rounding tolerated and explained."""
+    """Check vLLM's periodic spec-decode log lines, every layout from V0 to 0.34
+    (docs/log-layouts.md), for internal consistency, rounding tolerated and explained; each line
+    names its layout."""
     from spectally.engine_bridge.importers import logs
 
     _run_import(lambda: logs.check_files(list(files), metrics), as_json, quiet)
@@ -301,4 +304,5 @@ def requests_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, qui
     _run_import(lambda: requests.check_files(list(files), metrics, replay_requests), as_json, quiet)
 
 
-import_group.add_command(llamacpp_cmd)
+for _sub in (llamacpp_cmd, sglang_cmd, trtllm_cmd):
+    import_group.add_command(_sub)
