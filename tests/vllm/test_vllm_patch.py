@@ -231,8 +231,8 @@ def test_patch_counts_every_step_vector(patched: Path) -> None:
             "        if False:\n",
         ),
         (  # a block cut to zero (or all grammar-trimmed in sync) is no draft
-            "        if not self.log_stats or not num_draft_tokens:",
-            "        if not self.log_stats or not num_verified_draft_tokens:",
+            "        if not num_draft_tokens:\n",
+            "        if not num_verified_draft_tokens:\n",
         ),
     ],
 )
