@@ -29,6 +29,9 @@ The form is engine-neutral. Each field names one fact and its possible answers:
 * ``skip_drafts`` (`SkipDrafts`): when the engine skips drafting for a step. It changes no
   rule (a skipped proposal is a block of padding, or none); it is declared so that the
   recorder, the docs and a version diff know what the release does.
+* ``engine_counts`` (`EngineCounts`): what the engine's own counters count: the release's
+  legacy counting (the fields above) or the rfc counters (an engine with the counting fix of
+  ``patches/``: drafted, verified, accepted and spec steps as SPEC.md R1-R6 define them).
 * ``source``: where each fact was read, file:function, for the docs' profile table.
 
 The reference keeps the engine-neutral form and the declarations for the releases it models;
@@ -39,7 +42,7 @@ the replay picks one by the log header's engine and version
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class GrammarKeep(str, enum.Enum):
@@ -66,6 +69,13 @@ class SkipDrafts(str, enum.Enum):
     LOOKAHEAD = "any lookahead drafter"
 
 
+class EngineCounts(str, enum.Enum):
+    """What the engine's own counters (vLLM: ``SpecDecodingStats``) count."""
+
+    LEGACY = "scheduled slots, as the release's fields say"
+    RFC = "the rfc counters"
+
+
 @dataclass(frozen=True)
 class CountingProfile:
     """One release's counting facts; see the module docstring for each field."""
@@ -80,6 +90,7 @@ class CountingProfile:
     step_counts: StepCounts
     skip_drafts: SkipDrafts
     source: tuple[tuple[str, str], ...]  # (fact, file:function it was read from)
+    engine_counts: EngineCounts = EngineCounts.LEGACY
 
 
 _VLLM_COUNTING = (
@@ -156,7 +167,28 @@ LLAMACPP = CountingProfile(
     ),
 )
 
-PROFILES: dict[str, CountingProfile] = {p.name: p for p in (VLLM_LEGACY, VLLM_034, LLAMACPP)}
+# A vLLM release with the counting fix (patches/vllm-0.33.0-spec-decode-counting.patch,
+# patches/vllm-0.34.0-spec-decode-counting.patch): the release's scheduling pipeline (its grammar
+# cut, padding, skip-drafts) with the rfc counters in place of its own. The recorder reads the fix
+# from the code it runs (SpecDecodingStats.num_verified_draft_tokens) and writes the header's
+# ``counting: "rfc"``; `FIXED` names the profile such a header is replayed under.
+_FIX_SOURCE = (("engine counts", "v1/core/sched/scheduler.py:Scheduler.make_spec_decoding_stats"),)
+VLLM_LEGACY_RFC = replace(
+    VLLM_LEGACY,
+    name="vllm-legacy-rfc",
+    engine_counts=EngineCounts.RFC,
+    source=VLLM_LEGACY.source + _FIX_SOURCE,
+)
+VLLM_034_RFC = replace(
+    VLLM_034,
+    name="vllm-0.34-rfc",
+    engine_counts=EngineCounts.RFC,
+    source=VLLM_034.source + _FIX_SOURCE,
+)
+
+PROFILES: dict[str, CountingProfile] = {
+    p.name: p for p in (VLLM_LEGACY, VLLM_034, LLAMACPP, VLLM_LEGACY_RFC, VLLM_034_RFC)
+}
 
 # (engine, release prefix, profile). A release counts like its profile: the counting source of
 # each vLLM release is compared and pinned (engine_bridge/steplog/release_pin.json,
@@ -173,6 +205,13 @@ RELEASES: tuple[tuple[str, str, str], ...] = (
 OLDEST_COUNTS_AS: dict[str, tuple[str, str]] = {"vllm": ("0.32", "vllm-legacy")}
 
 
+# A release's profile -> the profile of the same release with the counting fix (a header with
+# ``counting: "rfc"``).
+FIXED: dict[str, str] = {"vllm-legacy": VLLM_LEGACY_RFC.name, "vllm-0.34": VLLM_034_RFC.name}
+
+
 def releases_of(profile: str) -> list[str]:
-    """The release prefixes declared to count as ``profile``."""
-    return [prefix for _, prefix, name in RELEASES if name == profile]
+    """The release prefixes declared to count as ``profile`` (for a profile of `FIXED`, those
+    of the release it fixes)."""
+    base = {fixed: release for release, fixed in FIXED.items()}.get(profile, profile)
+    return [prefix for _, prefix, name in RELEASES if name == base]

@@ -23,7 +23,7 @@ from typing import Generic
 
 from .arith import INT_ARITH, Arith, B, N
 from .errors import InadmissibleStep
-from .profile import VLLM_LEGACY, CountingProfile, GrammarKeep
+from .profile import VLLM_LEGACY, CountingProfile, EngineCounts, GrammarKeep
 
 
 class Mode(str, enum.Enum):
@@ -249,6 +249,10 @@ def legacy_step(
     `legacy_scheduled_invalid`, minus the unscheduled padding when padding is not counted and
     the drafts AV kept from the target when AV is visible.
     """
+    if profile.engine_counts is EngineCounts.RFC:
+        # an engine with the counting fix reports the rfc counters as its own
+        c = rfc_step(mode, x, ar, profile)
+        return LegacyStepCounts(c.spec_steps, c.drafted, c.accepted)
     p = pipeline(mode, x, ar, profile)
     # [L1] one observe_draft per (request, step) whose output the engine processed
     # [L4] a step only with a scheduled slot

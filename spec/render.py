@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spectally.exit_codes import ExitCode
-from spectally.reference.profile import PROFILES, RELEASES
+from spectally.reference.profile import FIXED, PROFILES, RELEASES
 from spectally.reference.step import Mode
 from spectally.spec import figures, user_changes
 from spectally.spec.vectors import load, rules_pinned
@@ -190,6 +190,7 @@ PROFILE_FIELDS = (
     ("stale_output_counted", "delivered stale output counted"),
     ("step_counts", "a block counts a step when"),
     ("skip_drafts", "drafting skipped for"),
+    ("engine_counts", "the engine's own counters count"),
 )
 
 
@@ -210,7 +211,9 @@ def render_profiles() -> str:
         cells = []
         for name in names:
             if field == "releases":
-                value = ", ".join(f"{e} {v}" for e, v, p in RELEASES if p == name)
+                fixes = [r for r, fixed in FIXED.items() if fixed == name]
+                value = ", ".join(f"{e} {v}" for e, v, p in RELEASES if p in [name, *fixes])
+                value += " with the counting fix (header `counting`)" if fixes else ""
             else:
                 raw = getattr(PROFILES[name], field)
                 value = getattr(raw, "value", None) or ("yes" if raw else "no")

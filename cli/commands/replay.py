@@ -81,7 +81,8 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
     metavar="PROFILE",
     callback=_profile_option,
     help="count every log under PROFILE (vllm-legacy: vLLM <= 0.33; vllm-0.34: vLLM 0.34;"
-    " llama.cpp: llama.cpp 0.5)"
+    " llama.cpp: llama.cpp 0.5; header counting rfc: vllm-legacy-rfc: vLLM 0.32, 0.33 with"
+    " the counting fix; vllm-0.34-rfc: vLLM 0.34 with the counting fix)"
     " whatever engine version"
     " its header names, e.g. a newer release whose counting source you compared (docs/replay.md,"
     " Profiles); without it such a log is refused (exit 2). Reports say the profile was FORCED.",

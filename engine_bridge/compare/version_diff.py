@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spectally.reference.arith import INT_ARITH
-from spectally.reference.profile import PROFILES, CountingProfile, GrammarKeep, releases_of
+from spectally.reference.profile import (
+    FIXED,
+    PROFILES,
+    CountingProfile,
+    GrammarKeep,
+    releases_of,
+)
 from spectally.reference.step import Mode, StepInputs, grammar_keeps, legacy_step, rfc_step
 
 from ..steplog.records import BadInput, Record, parse_line
@@ -130,7 +136,12 @@ def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
             own_name = header.profile
             assert own_name is not None  # replay_file refused it otherwise
             # Default: the releases of the log's own engine (another engine: spectally compare).
-            same_engine = [n for n, p in PROFILES.items() if p.engine == header.engine]
+            # The releases as shipped: a profile of the counting fix only when it is the log's.
+            same_engine = [
+                n
+                for n, p in PROFILES.items()
+                if p.engine == header.engine and n not in FIXED.values()
+            ]
             names = [own_name, *[t for t in (targets or same_engine) if t != own_name]]
             columns = {name: Column(name) for name in names}
         elif kind == "request" and rec["event"] == "add":

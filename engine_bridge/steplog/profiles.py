@@ -45,8 +45,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from spectally.reference.profile import FIXED, releases_of
 from spectally.reference.profile import PROFILES as DECLARED
-from spectally.reference.profile import releases_of
 
 from .release_pin import pinned_releases
 from .translate import Header, profile_for
@@ -61,7 +61,8 @@ def _versions(name: str) -> str:
     prefixes = releases_of(name)
     if profile_for(declared.engine, "0") == name:
         return f"{declared.engine} <= {prefixes[-1]}"
-    return f"{declared.engine} {', '.join(prefixes)}"
+    fixed = " with the counting fix" if name in FIXED.values() else ""
+    return f"{declared.engine} {', '.join(prefixes)}{fixed}"
 
 
 # profile -> (engine, the versions it models, in words): the declarations, read.

@@ -55,6 +55,7 @@ from spectally.reference.events import (
 )
 from spectally.reference.machine import Outcome
 from spectally.reference.profile import (
+    FIXED,
     OLDEST_COUNTS_AS,
     PROFILES,
     RELEASES,
@@ -103,12 +104,17 @@ def parse_version(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def profile_for(engine: str, engine_version: str) -> str | None:
+def profile_for(engine: str, engine_version: str, counting: str | None = None) -> str | None:
     """The counting profile an engine version reports under (reference/profile.py `RELEASES`:
     a release prefix matches the version's leading numbers); None when none is declared. A
     version older than every release an engine declares counts like its oldest when the engine
     is in `OLDEST_COUNTS_AS` (vLLM's counting is unchanged back to the V1 engine's spec-decode
-    stats; llama.cpp's older servers counted differently, so they get no profile)."""
+    stats; llama.cpp's older servers counted differently, so they get no profile). With
+    ``counting`` "rfc" (the header of an engine with the counting fix), the profile of that
+    release with the fix (`FIXED`), None when the release has none."""
+    if counting == "rfc":
+        base = profile_for(engine, engine_version)
+        return FIXED.get(base) if base is not None else None
     version = parse_version(engine_version)
     if not version:
         return None
@@ -153,7 +159,7 @@ class Header:
             structured_outputs_backend=rec["structured_outputs_backend"],
             spec_method=rec["spec_method"],
             engine_index=rec.get("engine_index"),
-            profile=profile_for(rec["engine"], rec["engine_version"]),
+            profile=profile_for(rec["engine"], rec["engine_version"], rec.get("counting")),
         )
 
 

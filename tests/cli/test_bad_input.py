@@ -188,10 +188,11 @@ def test_unsupported_engine_version(tmp_path: Path) -> None:
     assert bad(tmp_path, log({**HEADER, "engine_version": "0.35.0"})) == (
         "log.ndjson:1:1: no counting profile for vllm 0.35.0: the replay has vllm-legacy"
         " (vllm <= 0.33; counting source compared for 0.32.0, 0.33.0), vllm-0.34 (vllm 0.34;"
-        " counting source compared for 0.34.0), llama.cpp (llama.cpp 0.5). If this version"
-        " counts as one of them (compare its source: python -m"
+        " counting source compared for 0.34.0), llama.cpp (llama.cpp 0.5), vllm-legacy-rfc (vllm"
+        " 0.32, 0.33 with the counting fix), vllm-0.34-rfc (vllm 0.34 with the counting fix). If"
+        " this version counts as one of them (compare its source: python -m"
         " spectally.engine_bridge.vllm.capture.counting_source WHEEL), replay with --force-profile"
-        " vllm-legacy | vllm-0.34"
+        " vllm-legacy | vllm-0.34 | vllm-legacy-rfc | vllm-0.34-rfc"
     )
 
 

@@ -16,10 +16,12 @@ from dataclasses import replace
 import pytest
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.profile import (
+    FIXED,
     PROFILES,
     RELEASES,
     VLLM_034,
     VLLM_LEGACY,
+    EngineCounts,
     GrammarKeep,
     releases_of,
 )
@@ -45,11 +47,45 @@ CUT = StepQuery(SYNC, proposed=4, grammar_valid=2, accepted=1).inputs()
 
 
 def test_declarations_are_named_and_every_release_line_names_one() -> None:
-    assert set(PROFILES) == {"vllm-legacy", "vllm-0.34", "llama.cpp"}
+    assert set(PROFILES) == {
+        "vllm-legacy",
+        "vllm-0.34",
+        "llama.cpp",
+        "vllm-legacy-rfc",
+        "vllm-0.34-rfc",
+    }
     for engine, _, name in RELEASES:
         assert PROFILES[name].engine == engine
-    assert releases_of("vllm-0.34") == ["0.34"]
-    assert releases_of("vllm-legacy") == ["0.32", "0.33"]
+    assert releases_of("vllm-0.34") == releases_of("vllm-0.34-rfc") == ["0.34"]
+    assert releases_of("vllm-legacy") == releases_of("vllm-legacy-rfc") == ["0.32", "0.33"]
+    for release, fixed in FIXED.items():
+        assert PROFILES[fixed] == replace(
+            PROFILES[release],
+            name=fixed,
+            engine_counts=EngineCounts.RFC,
+            source=PROFILES[fixed].source,
+        )
+
+
+@pytest.mark.parametrize("mode", [SYNC, ASYNC])
+def test_a_fixed_engine_reports_the_rfc_counters_as_its_own(mode: Mode) -> None:
+    """An engine with the counting fix: its own counters are the rfc counters, whatever the
+    release's pipeline cut (here the grammar's: 4 proposed, 2 valid)."""
+    x = StepQuery(mode, proposed=4, grammar_valid=2, accepted=1).inputs()
+    for fixed in FIXED.values():
+        c = rfc_step(mode, x, AR, PROFILES[fixed])
+        own = legacy_step(mode, x, AR, PROFILES[fixed])
+        assert (
+            (own.num_drafts, own.num_draft_tokens, own.num_accepted_tokens)
+            == (
+                c.spec_steps,
+                c.drafted,
+                c.accepted,
+            )
+            == (1, 4, 1)
+        )
+    # the release's own counting drops the grammar's cut (0.34 async counts every slot)
+    assert any(legacy_step(mode, x, AR, PROFILES[r]).num_draft_tokens < 4 for r in FIXED)
 
 
 def test_grammar_keeps_each_answer() -> None:

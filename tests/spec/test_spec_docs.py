@@ -405,9 +405,13 @@ def test_spec_and_guide_name_the_same_new_worker_fields() -> None:
     patch = (REPO / "patches" / "vllm-0.34.0-spec-decode-counting.patch").read_text(
         encoding="utf-8"
     )
-    for name in ("num_draft_tokens", "num_verified_draft_tokens"):
-        assert f"+    {name}: list[int] | None = None" in patch, name
-        assert f"ModelRunnerOutput.{name}" in _implementing(), name
+    # The scheduler records each block's proposal; the runner reports AV's admitted split.
+    for owner, name, kind in (
+        ("ModelRunnerOutput", "num_admitted_draft_tokens", "list[int]"),
+        ("SchedulerOutput", "num_proposed_draft_tokens", "dict[str, int]"),
+    ):
+        assert f"+    {name}: {kind} | None = None" in patch, name
+        assert f"{owner}.{name}" in _implementing(), name
     assert "ModelRunnerOutput" in SPEC[SPEC.index("## 11.") :]
     assert "vllm:spec_decode_num_verified_draft_tokens" in patch
 

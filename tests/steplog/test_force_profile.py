@@ -26,6 +26,7 @@ from spectally.engine_bridge.replay.dispatch import render_summary, replay_file,
 from spectally.engine_bridge.replay.reference_replay import Replayer
 from spectally.engine_bridge.steplog import profiles
 from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, profile_for
+from spectally.reference.profile import FIXED
 
 ROOT = Path(__file__).parents[2]
 VLLM = ROOT / "tests" / "fixtures" / "vllm"
@@ -79,7 +80,9 @@ def test_the_refusal_names_the_flag_and_the_known_versions(tmp_path: Path, refer
     assert result.status == "bad_input" and result.exit_code == 2
     message = str(result.bad_input)
     assert message.startswith(f"{path}:1:1: no counting profile for vllm 0.35.0: ")
-    assert message.endswith("replay with --force-profile vllm-legacy | vllm-0.34")
+    assert message.endswith(
+        "replay with --force-profile vllm-legacy | vllm-0.34 | vllm-legacy-rfc | vllm-0.34-rfc"
+    )
     assert "vllm <= 0.33" in message and "compared for 0.32.0, 0.33.0" in message
 
 
@@ -297,8 +300,11 @@ def test_every_profile_of_the_table_is_one_the_header_can_select() -> None:
     for name, (engine, _) in profiles.PROFILES.items():
         compared = profiles.compared_releases(name)
         # The pin hashes vLLM's counting source; llama.cpp's evidence is its real captures
-        # replayed AGREE with /metrics (tests/llamacpp/test_llamacpp_fixtures.py).
-        assert compared or engine != "vllm", name
+        # replayed AGREE with /metrics (tests/llamacpp/test_llamacpp_fixtures.py); a profile of
+        # a release with the counting fix is selected by the header's counting, and its
+        # evidence is the patched engine's captures (tests/vllm/test_engine_fix.py).
+        fixed = name in FIXED.values()
+        assert compared or engine != "vllm" or fixed, name
         assert all(profile_for(engine, v) == name for v in compared)
 
 

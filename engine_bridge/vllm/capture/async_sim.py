@@ -137,11 +137,12 @@ class FakeRunner:
             else:
                 accepted = self.rng.randint(0, len(spec)) if spec else 0
                 sampled.append([self.rng.randint(10, 900) for _ in range(accepted + 1)])
-        return ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-        )
+        # The fields the release's runner fills: the sampled tokens, and the index map up to
+        # 0.33 (0.34 removed it); never a count the scheduler computes.
+        fields: dict[str, Any] = {"req_ids": req_ids, "sampled_token_ids": sampled}
+        if "req_id_to_index" in ModelRunnerOutput.__dataclass_fields__:
+            fields["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
+        return ModelRunnerOutput(**fields)
 
 
 def simulate(

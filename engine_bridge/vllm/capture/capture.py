@@ -86,6 +86,10 @@ class RunConfig:
     draft_sample_method: str | None = None
     extra_llm: dict[str, Any] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Also keep what vLLM itself reports: its Prometheus exposition at the end of the run
+    # (``<name>.prom``) and its periodic ``SpecDecoding metrics:`` lines (``<name>.vllm.log``,
+    # every second and once more at the end); the spectally backport stays off.
+    expose: bool = False
 
 
 def cpu_matrix() -> list[RunConfig]:
@@ -169,6 +173,33 @@ def cpu_matrix() -> list[RunConfig]:
 
     pairs: list[RunConfig] = scheduling_matrix(RunConfig)
     return runs + pairs
+
+
+def fix_matrix() -> list[RunConfig]:
+    """The runs of an engine with the counting fix (patches/): vLLM's own counters and log line
+    are kept (``expose``). A sync/async pair of one workload (draft model k = 3, JSON structured
+    outputs with xgrammar, aborts and finishes between steps, a KV cache small enough to preempt
+    running requests) and a smaller n-gram run."""
+    small_kv = {"block_size": 32, "num_gpu_blocks_override": 7, "max_num_seqs": 6}
+    small_kv["max_model_len"] = 128  # the KV cache must hold one request of this length
+    runs = [
+        RunConfig(
+            f"fix-{sched}-draft-noise05-k3-so-json-interleave",
+            "draft_model",
+            3,
+            "draft-noise05",
+            so="json",
+            so_backend="xgrammar",
+            scheduling=sched,
+            scenario="interleave",
+            num_requests=6,
+            expose=True,
+            extra_llm=small_kv,
+        )
+        for sched in ("sync", "async")
+    ]
+    runs.append(RunConfig("fix-sync-ngram-k3-abort", "ngram", 3, scenario="abort", expose=True))
+    return runs
 
 
 def gpu_matrix() -> list[RunConfig]:
@@ -321,11 +352,14 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
             "device": "cuda" if cfg.gpu else "cpu",
         }
     )
-    os.environ[recorder.ENV_BACKPORT] = "1"  # publish the RFC counters live as well
+    # publish the RFC counters live as well, unless vLLM's own are what the run keeps
+    os.environ[recorder.ENV_BACKPORT] = "0" if cfg.expose else "1"
     os.environ.setdefault("SPECTALLY_BACKPORT_LOG_INTERVAL", "0")
     if not cfg.gpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
+    if cfg.expose:
+        os.environ["VLLM_LOG_STATS_INTERVAL"] = "1"
     os.environ.update(cfg.extra_env)
 
     from spectally.engine_bridge.vllm.capture.scenarios import SCENARIOS
@@ -338,12 +372,19 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     llm = LLM(**_llm_kwargs(cfg, models))
     t_init = time.monotonic() - t0
+    if cfg.expose:  # after the engine is built: building it configures vLLM's logging anew
+        _keep_log_lines(out_dir / f"{cfg.name}.vllm.log")
     before = recorder.totals_from_metrics(llm.get_metrics(), cfg.k)
     SCENARIOS[cfg.scenario](llm, cfg, lambda i: _sampling_params(cfg, i))
     totals = recorder.subtract_totals(
         recorder.totals_from_metrics(llm.get_metrics(), cfg.k), before
     )
-    backport = backport_totals() if not cfg.multiprocessing else None
+    if cfg.expose:
+        from prometheus_client import REGISTRY, generate_latest
+
+        llm.llm_engine.do_log_stats()  # the last interval's line
+        (out_dir / f"{cfg.name}.prom").write_bytes(generate_latest(REGISTRY))
+    backport = backport_totals() if not (cfg.multiprocessing or cfg.expose) else None
     llm.llm_engine.engine_core.shutdown()  # closes the step log in the engine-core process
     del llm
     t_run = time.monotonic() - t0 - t_init
@@ -365,6 +406,19 @@ def run_one(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     )
     (out_dir / f"{cfg.name}.summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _keep_log_lines(path: Path) -> None:
+    """Write vLLM's ``SpecDecoding metrics:`` lines to ``path``: a handler on the ``vllm``
+    logger, which every vLLM module logger propagates to; the stats logger's level goes down to
+    DEBUG, at which the last line of an idle engine is logged."""
+    import logging
+
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s %(message)s"))
+    handler.addFilter(lambda record: "SpecDecoding metrics:" in record.getMessage())
+    logging.getLogger("vllm").addHandler(handler)
+    logging.getLogger("vllm.v1.metrics.loggers").setLevel(logging.DEBUG)
 
 
 # -- driver -----------------------------------------------------------------------------------
@@ -440,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--quick", action="store_true", help="a small subset (a minute or two)")
     ap.add_argument("--gpu", action="store_true", help="the CUDA matrix (async, SO, AV)")
+    ap.add_argument("--fix", action="store_true", help="the runs of an engine with the fix")
     ap.add_argument("--only", action="append", default=[], help="run names containing SUBSTR")
     ap.add_argument("--skip", action="append", default=[], help="skip names containing SUBSTR")
     ap.add_argument("--list", action="store_true")
@@ -458,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: summary[k] for k in ("name", "step_stats_equal_totals")}))
         return 0
 
-    runs = gpu_matrix() if args.gpu else cpu_matrix()
+    runs = gpu_matrix() if args.gpu else fix_matrix() if args.fix else cpu_matrix()
     if args.quick:
         runs = [r for r in runs if r.quick]
     if args.only:

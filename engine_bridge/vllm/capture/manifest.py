@@ -72,13 +72,21 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             sum(r["num_accepted_tokens_per_pos"][i] for r in stats) for i in range(k)
         ],
     }
-    # What vLLM 0.32 should have counted, re-derived from the blocks (recorder self-check).
-    counted = [
-        b for b in blocks if b["outcome"] == "applied" and b["scheduled"] > 0 and b["sampled"] > 0
-    ]
+    # What vLLM 0.32 should have counted, re-derived from the blocks (recorder self-check); an
+    # engine with the counting fix (header ``counting``) counts every applied block's proposal.
+    if header.get("counting") == "rfc":
+        counted = [b for b in blocks if b["outcome"] == "applied" and b["proposed"] > 0]
+        drafted = sum(b["proposed"] for b in counted)
+    else:
+        counted = [
+            b
+            for b in blocks
+            if b["outcome"] == "applied" and b["scheduled"] > 0 and b["sampled"] > 0
+        ]
+        drafted = sum(b["scheduled"] - (b["invalid"] or 0) for b in counted)
     derived = {
         "num_drafts": len(counted),
-        "num_draft_tokens": sum(b["scheduled"] - (b["invalid"] or 0) for b in counted),
+        "num_draft_tokens": drafted,
         "num_accepted_tokens": sum(b["accepted"] for b in counted),
     }
     outcomes: dict[str, int] = {}

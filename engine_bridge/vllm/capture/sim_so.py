@@ -169,7 +169,6 @@ class SimRunner:
         self.truth: dict[str, list[int]] = {}  # structured requests only
         self.device: dict[str, list[int]] = {}  # drafts on the "device", per request
         self.skipped_steps = 0  # steps the scheduler marked skip_drafts (K=0 proposals)
-        self.block_drafts: dict[str, int] = {}  # real drafts of each request's next block
 
     def _pos(self, rid: str) -> int:
         request = self.sched.requests.get(rid)
@@ -199,12 +198,6 @@ class SimRunner:
 
         req_ids = list(so.num_scheduled_tokens)
         sampled: list[list[int]] = []
-        # A worker that reports its draft blocks (patches/vllm-0.34.0-spec-decode-counting.patch):
-        # per request, the real drafts it holds for the block it ran and those scheduled (no AV).
-        report = "num_draft_tokens" in ModelRunnerOutput.__dataclass_fields__
-        for rid in getattr(so, "preempted_req_ids", None) or ():
-            self.block_drafts.pop(rid, None)  # the worker drops a preempted request's state
-        n_real = [self.block_drafts.get(rid, 0) for rid in req_ids]
         skip = bool(getattr(so, "skip_drafts", False))
         self.skipped_steps += skip
         for rid in req_ids:
@@ -217,7 +210,6 @@ class SimRunner:
             )
             pos = self._pos(rid)
             if prefill:
-                self.block_drafts.pop(rid, None)  # a (re)prefilled request holds no drafts
                 sampled.append([])
                 continue
             if rid in self.truth:
@@ -238,13 +230,10 @@ class SimRunner:
             sampled.append(tokens)
             after = pos + len(tokens)
             self.device[rid] = [-1] * self.k if skip else self._propose(rid, after)
-            self.block_drafts[rid] = sum(t != -1 for t in self.device[rid])
+        # Exactly the fields the release's runner fills without adaptive verification: the
+        # sampled tokens (and 0.33's index map). A patched scheduler computes drafted and
+        # verified itself; nothing here does its work.
         fields: dict[str, Any] = {"req_ids": req_ids, "sampled_token_ids": sampled}
-        if report:
-            n_sched = [len(so.scheduled_spec_decode_tokens.get(r) or ()) for r in req_ids]
-            prop = [0 if not t else n for n, t in zip(n_real, sampled, strict=True)]
-            fields["num_draft_tokens"] = prop
-            fields["num_verified_draft_tokens"] = list(map(min, prop, n_sched))
         if "req_id_to_index" in ModelRunnerOutput.__dataclass_fields__:  # <= 0.33
             fields["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
         return ModelRunnerOutput(**fields)

@@ -399,17 +399,17 @@ class RecorderMixin:
                 sx.request_event(at, req_id, "finish", finish_reason(request.status))
         if sx.step_delta is not None and sx.step_delta[0] > 0:
             d = sx.step_delta
-            sx.emit(
-                step,
-                {
-                    "record": "step_stats",
-                    "step": step,
-                    "num_drafts": d[0],
-                    "num_draft_tokens": d[1],
-                    "num_accepted_tokens": d[2],
-                    "num_accepted_tokens_per_pos": d[3:],
-                },
-            )
+            stats: dict[str, Any] = {
+                "record": "step_stats",
+                "step": step,
+                "num_drafts": d[0],
+                "num_draft_tokens": d[1],
+                "num_accepted_tokens": d[2],
+                "num_accepted_tokens_per_pos": d[3:],
+            }
+            if sx.fixed:  # the engine's own verified count of the step (schema v1: in meta)
+                stats["meta"] = {"num_verified_draft_tokens": sx.step_verified}
+            sx.emit(step, stats)
         sx.flush()
 
     def shutdown(self) -> None:
@@ -427,6 +427,8 @@ class _Snapshot:
         self.num_draft_tokens = stats.num_draft_tokens
         self.num_accepted_tokens = stats.num_accepted_tokens
         self.num_accepted_tokens_per_pos = list(stats.num_accepted_tokens_per_pos)
+        # an engine with the counting fix (state.counting_fix) also counts verified
+        self.num_verified_draft_tokens = int(getattr(stats, "num_verified_draft_tokens", 0) or 0)
 
     @classmethod
     def of(cls, stats: Any) -> _Snapshot | None:

@@ -43,6 +43,17 @@ def _spec_counts(stats: Any, k: int) -> tuple[int, int, int, list[int]]:
     return stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens, per_pos
 
 
+def counting_fix() -> bool:
+    """Whether the vLLM this runs carries the counting fix (patches/): its ``SpecDecodingStats``
+    counts the verified draft tokens, and its counters are the rfc counters. Read from the code,
+    never from a setting: the header's ``counting`` says what the engine really counts."""
+    try:
+        from vllm.v1.spec_decode.metrics import SpecDecodingStats
+    except ImportError:  # no vLLM: the hooks are driven by tests
+        return False
+    return "num_verified_draft_tokens" in getattr(SpecDecodingStats, "__dataclass_fields__", {})
+
+
 class _RecorderState:
     """Per-scheduler recording state; kept off the scheduler's own namespace."""
 
@@ -66,6 +77,8 @@ class _RecorderState:
         # so that an end in the same gap comes after that discarded_preempted block.
         self.gap_dropped_at: dict[str, int] = {}
         self.step_delta: list[int] | None = None  # [drafts, draft_tokens, accepted, *per_pos]
+        self.fixed = counting_fix()
+        self.step_verified = 0  # with the fix: the step's verified draft tokens (step_delta's)
         self.buffer = StepOrderBuffer(self._write)
         self._late_reported = 0
         self._header_written = False
@@ -173,6 +186,7 @@ class _RecorderState:
             "adaptive_verification": bool(getattr(spec, "enable_adaptive_verification", False)),
             "drop_stale_output": bool(getattr(sched, "requires_kv_delivery", False)),
             "engine_index": int(getattr(vc.parallel_config, "data_parallel_index", 0) or 0),
+            **({"counting": "rfc"} if self.fixed else {}),
             "config": config,
         }
 
@@ -312,8 +326,14 @@ class _RecorderState:
         delta += [x - y for x, y in zip(a[3], b[3], strict=False)]
         if self.step_delta is None:
             self.step_delta = [0] * (3 + self.k)
+            self.step_verified = 0
+        self.step_verified += _verified(after) - _verified(before)
         for i, v in enumerate(delta):
             self.step_delta[i] += v
+
+
+def _verified(stats: Any) -> int:
+    return int(getattr(stats, "num_verified_draft_tokens", 0) or 0) if stats is not None else 0
 
 
 def _draft_model(vc: Any) -> str | None:
