@@ -82,11 +82,12 @@ def test_sglang_and_trtllm_records(tmp_path: Path) -> None:
     assert code == 0 and "of TensorRT-LLM" in out and "read in source, not run" in out
 
 
-def test_ray_prefixed_vllm_scrape(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["ray_vllm:spec_decode_", "ray_vllm_spec_decode_"])
+def test_ray_prefixed_vllm_scrape(tmp_path: Path, name: str) -> None:
     f = tmp_path / "ray.prom"
-    f.write_text('ray_vllm:spec_decode_num_drafts_total{engine="0"} 5.0\n')
+    f.write_text(f'{name}num_drafts_total{{ReplicaId="r1"}} 5.0\n')
     code, out = explain(str(f))
-    assert code == 0 and "served through Ray" in out
+    assert code == 0 and "served through Ray" in out and f"{name}* counters" in out
 
 
 @pytest.mark.parametrize("content", ["", "hello\nworld\n", '{"a": 1}\n'])

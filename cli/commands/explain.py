@@ -23,12 +23,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
-from spectally.exit_codes import EXIT_COMMON, ExitCode
+from spectally.exit_codes import ExitCode
+
+from . import exits
 
 HEAD_LINES = 5000
-EXIT_HELP = (
-    "Exit codes: 0 every file is recognised and explained; 2 a file that cannot be read or"
-    " holds no engine output spectally knows (the message says what it looked for); " + EXIT_COMMON
+EXIT_HELP = exits.epilog(
+    "0 every file is recognised and explained; 2 a file that cannot be read or"
+    " holds no engine output spectally knows (the message says what it looked for)"
 )
 
 RFC = {
@@ -130,14 +132,23 @@ def explain(path: str) -> Explanation:
     if isinstance(record, dict):
         return _explain_json(path, record)
     joined = "\n".join(texts)
-    if re.search(r"^(?:ray_)?vllm:spec_decode_", joined, re.M):
-        prefix = "ray_vllm:" if "ray_vllm:" in joined else "vllm:"
+    from spectally.engine_bridge.importers.prometheus import RAY_PREFIXES
+
+    # vLLM's own names, and the same names as Ray Serve exports them (the reader's list)
+    prefix = next(
+        (
+            p
+            for p in ("vllm:spec_decode_", *RAY_PREFIXES)
+            if re.search(f"^{re.escape(p)}", joined, re.M)
+        ),
+        None,
+    )
+    if prefix is not None:
         return Explanation(
             path,
             "vLLM",
             "Prometheus scrape",
-            f"{prefix}spec_decode_* counters"
-            + (" (served through Ray)" if "ray_" in prefix else ""),
+            f"{prefix}* counters" + (" (served through Ray)" if prefix in RAY_PREFIXES else ""),
             "vLLM V1 (0.8.x and later)",
             "spectally import prometheus FILE",
             [
