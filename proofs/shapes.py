@@ -1,4 +1,5 @@
-"""Proofs of the drafter-shape invariants (SPEC.md section 12), over ``reference/shapes.py``.
+"""Proofs of the drafter-shape invariants (CORE.md C-S1-C-S4, C-I1-C-I6), over
+``reference/shapes.py``.
 
 Like the chain proofs, every obligation evaluates the reference's own functions over Z3 terms
 (`Z3_ARITH`): ``chain_step``, ``chain_position``, ``layer_admissibility``, ``tree_add_layer``,
