@@ -1,4 +1,5 @@
-"""Proofs of the drafter-shape invariants (SPEC.md section 12), over ``reference/shapes.py``.
+"""Proofs of the drafter-shape invariants (CORE.md C-S1-C-S4, C-I1-C-I6), over
+``reference/shapes.py``.
 
 Like the chain proofs, every obligation evaluates the reference's own functions over Z3 terms
 (`Z3_ARITH`): ``chain_step``, ``chain_position``, ``layer_admissibility``, ``tree_add_layer``,
@@ -84,7 +85,7 @@ def _same(u: Any, v: Any, names: tuple[str, ...] | None = None) -> Cond:
 
 
 def ordered(t: ShapeTotals[Num]) -> list[tuple[str, Cond]]:
-    """[SINV-1] and what every state of every shape keeps (SINV-4, SINV-7 without k_max)."""
+    """[C-I1] and what every state of every shape keeps (C-S1, C-I1's filler bound)."""
     return [
         ("drafted >= verified", t.drafted >= t.verified),
         ("verified >= accepted", t.verified >= t.accepted),
@@ -96,12 +97,12 @@ def ordered(t: ShapeTotals[Num]) -> list[tuple[str, Cond]]:
 
 
 def chain_bound(t: ShapeTotals[Num], k_max: Num) -> list[tuple[str, Cond]]:
-    """A chain stream drafts at most k_max per spec step (SINV-7)."""
+    """A chain stream drafts at most k_max per spec step (C-I5)."""
     return [("drafted <= k_max * spec_steps", t.drafted <= k_max * t.spec_steps)]
 
 
 def walk_claims(w: TreeWalk[Num, Cond], sums: tuple[Num, Num, Num]) -> list[tuple[str, Cond]]:
-    """What a tree walk keeps at every depth (SINV-1, SINV-2, SINV-3)."""
+    """What a tree walk keeps at every depth (C-I1, C-I4, C-A3)."""
     return [
         (
             "0 <= accepted <= verified <= drafted",
@@ -141,11 +142,11 @@ def chain_step_obligations() -> list[Obligation]:
     d, v, a = sh.chain_position(s, p, AR)
     shown = _terms(step=s, k_max=k_max, adds=c, position=p)
     out = [
-        # [SINV-1] per step: drafted >= verified >= accepted >= 0 (fillers counted, FILL-1)
+        # [C-I1] per step: drafted >= verified >= accepted >= 0 (fillers counted, C-S2)
         Obligation(
             "a chain step is ordered", (adm,), _goal(ordered(c) + chain_bound(c, k_max)), shown
         ),
-        # [SINV-4] a zero-draft step is no spec step and adds nothing but itself
+        # [C-S1] a zero-draft step is no spec step and adds nothing but itself
         Obligation(
             "exactly one of a spec step and a zero-draft step",
             (adm,),
@@ -167,7 +168,7 @@ def chain_step_obligations() -> list[Obligation]:
             shown,
         ),
     ]
-    # [SINV-2] Σ_{p<n} = min(len, n): base and step by induction on n, then n = k_max
+    # [C-I3] [C-I4] Σ_{p<n} = min(len, n): base and step by induction on n, then n = k_max
     n = z3.Int(f"{tag}.n")
     for i, (name, length) in enumerate(
         (("drafted", s.proposed), ("verified", s.verified), ("accepted", s.accepted))
@@ -215,7 +216,7 @@ def tree_step_obligations() -> list[Obligation]:
             _goal(walk_claims(start, (zero, zero, zero))),
             Shown(),
         ),
-        # [SINV-3] one more depth keeps accepted <= depth and the per-depth sums equal to totals
+        # [C-A3] [C-I4] one more depth keeps accepted <= depth and the per-depth sums = totals
         Obligation(
             "one more admissible depth keeps the claims",
             (inv, adm),
@@ -258,7 +259,7 @@ def chain_is_tree_obligations() -> list[Obligation]:
             _same(sh.tree_start(AR), _chain_walk(s, AR.lit(0))),
             shown,
         ),
-        # [TREE-5] depth n of the chain is an admissible depth and advances the walk by one node
+        # [C-S3] depth n of the chain is an admissible depth and advances the walk by one node
         Obligation(
             "each depth of the chain is admissible",
             (adm, n >= 0, n < s.proposed),
@@ -303,7 +304,7 @@ def totals_obligations() -> list[Obligation]:
             _goal(ordered(zero) + chain_bound(zero, k_max)),
             Shown(),
         ),
-        # [SINV-1] in total: a chain step keeps the order and the k_max bound
+        # [C-I1] [C-I5] in total: a chain step keeps the order and the k_max bound
         Obligation(
             "a chain step keeps the totals' claims",
             (inv_t, bound_t, adm),
@@ -341,7 +342,7 @@ def totals_obligations() -> list[Obligation]:
             ),
             _terms(totals=t, step=s),
         ),
-        # [SINV-6] the three fates partition drafted
+        # [C-I2] the three fates partition drafted
         Obligation(
             "the three fates are >= 0 and partition drafted",
             (inv_t,),
@@ -369,7 +370,7 @@ def parallel_obligations() -> list[Obligation]:
     req = sh.request_totals
     sum_ab = ShapeTotals(*(getattr(a, f.name) + getattr(b, f.name) for f in fields(ShapeTotals)))
     shown = _terms(a=a, b=b, c=c)
-    # [SINV-5] a request with sequences a, b sums them; the engine sums every sequence
+    # [C-S4] [C-I6] a request with sequences a, b sums them; the engine sums every sequence
     return [
         Obligation(
             "a request's totals are its sequences' sum", (), _same(req([a, b], AR), sum_ab), shown

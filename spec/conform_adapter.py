@@ -2,14 +2,13 @@
 
     spectally conform python -m spectally.spec.conform_adapter
 
-Each core step becomes the reference's own stage inputs and is folded by the reference's
-counters (`Counters.add_step`, `Counters.merge`); metrics come from `reference.metrics`.
-A chain step (proposed K, verified v, accepted a) is a block of K drafts of which the target
-saw v (the cut before the target is the reference's adaptive-verification cap) and accepted a.
-A tree step is a block of as many drafts as it has nodes. What the reference does not model,
-the adapter declares ``unsupported`` rather than computing it here: the per-step shape
-sub-counts (``zero_draft_steps``, ``filler``), a tree's per-depth counters and its
-admissibility (C-A3), and the filler bound (C-A4).
+Each core step is folded by the reference's shape rules (``reference/shapes.py``: chains of any
+length per step, trees, fillers, zero-draft steps, per-depth counters, admissibility C-A1-C-A4),
+and, for the metrics, by the reference's counters (``Counters.add_step``, ``Counters.merge``)
+whose ratios come from ``reference.metrics``: a chain step (proposed K, verified v, accepted a)
+is a block of K drafts of which the target saw v (the cut before the target is the reference's
+adaptive-verification cap) and accepted a; a tree step a block of as many drafts as it has
+nodes. Both folds must agree on the counters they share; the adapter computes nothing itself.
 """
 
 from __future__ import annotations
@@ -18,14 +17,14 @@ import json
 import sys
 from typing import Any
 
-from spectally.reference.arith import INT_ARITH
+from spectally.reference import shapes
 from spectally.reference.counters import Counters
+from spectally.reference.errors import InadmissibleStep
 from spectally.reference.metrics import derived_metrics
-from spectally.reference.step import Mode, StepQuery, rfc_step
+from spectally.reference.step import Mode, StepQuery
 
-# Core names the reference has no counter or rule for (see the module docstring).
-UNSUPPORTED = ["zero_draft_steps", "filler", "C-A4"]
-UNSUPPORTED_TREE = ["per_depth", "C-A3"]
+# CORE.md section 5: the first broken admissibility rule, in this order, is the one reported.
+ORDER = ("C-A1", "C-A3", "C-A2", "C-A4")
 
 
 class Refused(Exception):
@@ -34,63 +33,69 @@ class Refused(Exception):
         self.rule = rule
 
 
-def _query(step: dict[str, Any]) -> StepQuery:
-    tree = step.get("tree")
-    if tree is not None:
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in tree):
-            raise Refused("C-A1", f"tree node counts must be ints: {tree!r}")
-        proposed: Any = sum(tree)
-    else:
-        proposed = step["proposed"]
+def _first_rule(exc: InadmissibleStep) -> str:
+    broken = {r[1 : r.index("]")] for r in exc.reasons}
+    return next(rule for rule in ORDER if rule in broken)
+
+
+def _fold(sc: shapes.StreamCounters, s: dict[str, Any], k_max: int) -> shapes.StreamCounters:
+    """``sc`` after the core step ``s``: the reference's shape rules, refusals as `Refused`."""
+    tree = s.get("tree")
+    filler = s.get("filler", 0)
+    applied = s.get("applied", True)
+    try:
+        if tree is not None:
+            shapes.check_counts([*tree, s["verified"], s["accepted"], filler], "tree step")
+            layers = shapes.tree_layers(tree, s["verified"], s["accepted"], k_max)
+            after = shapes.fold_tree(sc, layers, filler)
+        else:
+            counts = [s["proposed"], s["verified"], s["accepted"], filler]
+            shapes.check_counts(counts, "chain step")
+            step = shapes.ChainStep(s["proposed"], filler, s["verified"], s["accepted"])
+            after = shapes.fold_chain(sc, step, k_max)
+    except InadmissibleStep as exc:
+        raise Refused(_first_rule(exc), str(exc)) from exc
+    return shapes.keep_applied(sc, after, applied is True)
+
+
+def _query(s: dict[str, Any]) -> StepQuery:
+    """The core step as the reference pipeline's stage inputs (admissible already)."""
+    tree = s.get("tree")
     return StepQuery(
         mode=Mode.SYNC,
-        proposed=proposed,
-        accepted=step["accepted"],
-        av_verify=step["verified"],
-        applied=step.get("applied", True),
+        proposed=s["proposed"] if tree is None else sum(tree),
+        accepted=s["accepted"],
+        av_verify=s["verified"],
+        applied=s.get("applied", True),
     )
 
 
-def _checked(q: StepQuery, verified: object, k: int | None) -> StepQuery:
-    reasons = q.violations(k)
-    if q.type_errors() or any("must be >= 0" in r for r in reasons):
-        raise Refused("C-A1", "; ".join(reasons))
-    if reasons:
-        raise Refused("C-A2", "; ".join(reasons))
-    # verified above the drafts: the reference's target cannot see more drafts than exist
-    counts = rfc_step(Mode.SYNC, q.inputs(), INT_ARITH)
-    got = counts.verified if q.applied else counts.discarded_verified
-    if got != verified:
-        raise Refused("C-A2", f"verified {verified} exceeds the {got} drafts that exist")
-    return q
-
-
-def _view(c: Counters, k_max: int, chain_only: bool) -> dict[str, Any]:
+def _view(sc: shapes.StreamCounters, c: Counters, k_max: int, chain_only: bool) -> dict[str, Any]:
     t = c.rfc
+    shared = (t.drafted, t.verified, t.accepted, t.spec_steps)
+    mine = (sc.totals.drafted, sc.totals.verified, sc.totals.accepted, sc.totals.spec_steps)
+    if shared != mine:  # two parts of the reference disagree: a bug, never an answer
+        raise AssertionError(f"shapes {mine} != counters {shared}")
     m = derived_metrics(c)
+    d = sc.to_dict()
+    depth: dict[str, list[int]] = d["per_depth"]  # type: ignore[assignment]
     out: dict[str, Any] = {
-        "drafted": t.drafted,
-        "verified": t.verified,
-        "accepted": t.accepted,
-        "spec_steps": t.spec_steps,
+        **{n: d[n] for n in ("drafted", "verified", "accepted", "spec_steps")},
+        "zero_draft_steps": d["zero_draft_steps"],
+        "filler": d["filler"],
+        "fates": d["fates"],
         "acceptance_rate": m["acceptance_rate"],
         "mean_acceptance_length": m["mean_acceptance_length"],
         "draft_quality": m["draft_quality"],
         "verification_rate": m["verification_rate"],
-        "fates": {
-            "accepted": t.accepted_fate,
-            "rejected": t.rejected + t.grammar_invalid_verified,
-            "unverified": t.grammar_invalid_unverified + t.av_skipped + t.truncated,
-        },
+        # per-depth vectors of length k_max (C-A3: no tree is deeper)
+        "per_depth": {n: (depth[n] + [0] * k_max)[:k_max] for n in ("drafted", "accepted")},
     }
     if chain_only:
-        per_pos = {n: list(c.per_position(n))[:k_max] for n in ("drafted", "verified", "accepted")}
-        out["per_position"] = per_pos
+        out["per_position"] = d["per_position"]
         rates = m["per_position_acceptance_per_step"]
         assert isinstance(rates, list)
         out["per_position_acceptance_rate"] = rates[:k_max]
-        # a chain is the tree with one node per depth (CORE.md C-S3)
-        out["per_depth"] = {"drafted": per_pos["drafted"], "accepted": per_pos["accepted"]}
     return out
 
 
@@ -102,31 +107,27 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
     steps = [s for r in inp["requests"] for seq in r["sequences"] for s in seq]
     chain_only = not any("tree" in s for s in steps)
     # Trees may hold more nodes than k_max; their counters need room for every node.
-    k = k_max if chain_only else k_max + sum(sum(s["tree"]) for s in steps if "tree" in s)
-    unsupported = UNSUPPORTED + ([] if chain_only else UNSUPPORTED_TREE)
+    nodes = [n for s in steps if "tree" in s for n in s["tree"] if isinstance(n, int) and n > 0]
+    k = k_max if chain_only else k_max + sum(nodes)
     try:
         totals = Counters.zero(k)
+        totals_sc = shapes.StreamCounters.zero(k_max)
         requests: dict[str, Any] = {}
         for r in inp["requests"]:
-            rc = Counters.zero(k)
+            rc, rsc = Counters.zero(k), shapes.StreamCounters.zero(k_max)
             for seq in r["sequences"]:
-                sc = Counters.zero(k)
+                sc, ssc = Counters.zero(k), shapes.StreamCounters.zero(k_max)
                 for s in seq:
-                    q = _checked(_query(s), s["verified"], k_max if "tree" not in s else None)
-                    sc = sc.add_step(Mode.SYNC, q.inputs())
-                rc = rc.merge(sc)
+                    ssc = _fold(ssc, s, k_max)
+                    sc = sc.add_step(Mode.SYNC, _query(s).inputs())
+                rc, rsc = rc.merge(sc), rsc.merge(ssc)
             # per position only for a scope without a tree step (CORE.md C-P1)
             r_chain = not any("tree" in s for seq in r["sequences"] for s in seq)
-            requests[r["id"]] = _view(rc, k_max, r_chain)
-            totals = totals.merge(rc)
+            requests[r["id"]] = _view(rsc, rc, k_max, r_chain)
+            totals, totals_sc = totals.merge(rc), totals_sc.merge(rsc)
     except Refused as exc:
-        return {"id": rid, "error": exc.rule, "message": str(exc), "unsupported": unsupported}
-    return {
-        "id": rid,
-        "totals": _view(totals, k_max, chain_only),
-        "requests": requests,
-        "unsupported": unsupported,
-    }
+        return {"id": rid, "error": exc.rule, "message": str(exc)}
+    return {"id": rid, "totals": _view(totals_sc, totals, k_max, chain_only), "requests": requests}
 
 
 def main() -> int:

@@ -24,7 +24,7 @@ from . import exits
     "path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="vectors file (default: the spec's vectors.json and vectors-shapes.json)",
+    help="vectors file (default: the spec's vectors.json and the conformance kit's core vectors)",
 )
 @click.option("--json", "as_json", is_flag=True, help="print per-vector results as JSON")
 @click.option("-v", "--verbose", is_flag=True, help="also list the rules each vector pins")

@@ -59,7 +59,7 @@ def test_a_chain_stream_keeps_every_invariant(steps: list[ChainStep[int]]) -> No
     assert t.spec_steps == sum(1 for s in steps if s.proposed)
     assert t.zero_draft_steps == sum(1 for s in steps if not s.proposed)
     assert t.filler == sum(s.filler for s in steps)
-    for p in range(K_MAX):  # VK-3: a step adds at p only when p < K_t
+    for p in range(K_MAX):  # C-P1: a step adds at p only when p < K_t
         assert c.per_position[p][0] == sum(1 for s in steps if p < s.proposed)
 
 
@@ -68,7 +68,7 @@ def test_a_tree_stream_keeps_every_invariant(steps: list[list[TreeLayer[int, boo
     c = StreamCounters.zero(K_MAX)
     for layers in steps:
         c = sh.fold_tree(c, layers)
-    assert sh.shape_violations(c) == []
+    assert sh.shape_violations(c, 5, trees=True) == []
     t = c.totals
     assert t.drafted == sum(layer.proposed for layers in steps for layer in layers)
     assert t.accepted == sum(layer.reached for layers in steps for layer in layers)
@@ -83,7 +83,7 @@ def test_a_chain_is_the_tree_with_one_node_per_depth(s: ChainStep[int]) -> None:
     as_tree = sh.fold_tree(StreamCounters.zero(K_MAX), layers)
     as_chain = fold([s])
     assert as_tree.totals == as_chain.totals
-    assert as_tree.per_depth == as_chain.per_position[: s.proposed]
+    assert as_tree.per_depth == as_chain.per_position[: s.proposed] == as_chain.per_depth
 
 
 @given(st.lists(st.lists(chain_steps(), max_size=3), min_size=1, max_size=3))
@@ -118,13 +118,13 @@ def test_counters_of_unequal_depth_merge_padded() -> None:
 @pytest.mark.parametrize(
     ("step", "rules"),
     [
-        (ChainStep(5, 0, 0, 0), {"VK-1"}),
-        (ChainStep(-1, 0, 0, 0), {"VK-1", "FILL-2", "VK-4"}),
-        (ChainStep(2, 3, 2, 0), {"FILL-2"}),
-        (ChainStep(2, -1, 2, 0), {"FILL-2"}),
-        (ChainStep(2, 0, 3, 0), {"VK-4"}),
-        (ChainStep(2, 0, 1, 2), {"VK-4"}),
-        (ChainStep(2, 0, 1, -1), {"VK-4"}),
+        (ChainStep(5, 0, 0, 0), {"C-A2"}),
+        (ChainStep(-1, 0, 0, 0), {"C-A1", "C-A2", "C-A4"}),
+        (ChainStep(2, 3, 2, 0), {"C-A4"}),
+        (ChainStep(2, -1, 2, 0), {"C-A1"}),
+        (ChainStep(2, 0, 3, 0), {"C-A2"}),
+        (ChainStep(2, 0, 1, 2), {"C-A2"}),
+        (ChainStep(2, 0, 1, -1), {"C-A1"}),
     ],
 )
 def test_an_impossible_chain_step_is_refused_naming_its_rule(
@@ -138,11 +138,11 @@ def test_an_impossible_chain_step_is_refused_naming_its_rule(
 @pytest.mark.parametrize(
     ("layers", "rule"),
     [
-        ([TreeLayer(0, 0, False)], "TREE-1"),
-        ([TreeLayer(1, -1, False)], "TREE-1"),
-        ([TreeLayer(1, 2, False)], "TREE-1"),
-        ([TreeLayer(2, 0, True)], "TREE-2"),
-        ([TreeLayer(2, 2, False), TreeLayer(1, 1, True)], "TREE-2"),
+        ([TreeLayer(0, 0, False)], "C-A3"),
+        ([TreeLayer(1, -1, False)], "C-A1"),
+        ([TreeLayer(1, 2, False)], "C-A2"),
+        ([TreeLayer(2, 0, True)], "C-S3"),
+        ([TreeLayer(2, 2, False), TreeLayer(1, 1, True)], "C-S3"),
     ],
 )
 def test_an_impossible_tree_is_refused_naming_its_rule(
@@ -155,14 +155,14 @@ def test_an_impossible_tree_is_refused_naming_its_rule(
 def test_a_tree_step_that_accepts_past_its_depth_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The SINV-3 guard: a broken walk (accepted counts verified nodes) stops the fold."""
+    """The C-A3 guard: a broken walk (accepted counts verified nodes) stops the fold."""
     original = sh.tree_add_layer
 
     def broken(w: sh.TreeWalk[int, bool], layer: TreeLayer[int, bool], ar: object) -> object:
         return replace(original(w, layer, INT_ARITH), accepted=w.accepted + layer.verified)
 
     monkeypatch.setattr(sh, "tree_add_layer", broken)
-    with pytest.raises(InvariantViolation, match="SINV-3"):
+    with pytest.raises(InvariantViolation, match="C-A3"):
         sh.fold_tree(StreamCounters.zero(K_MAX), [TreeLayer(3, 3, True)])
 
 
@@ -172,13 +172,13 @@ GOOD = fold([ChainStep(4, 1, 3, 2), ChainStep(0, 0, 0, 0)])
 @pytest.mark.parametrize(
     ("change", "rule"),
     [
-        ({"verified": 5}, "SINV-1"),
-        ({"accepted": 4}, "SINV-1"),
-        ({"accepted": -1}, "SINV-1"),
-        ({"spec_steps": 5}, "SINV-4"),
-        ({"zero_draft_steps": -1}, "SINV-4"),
-        ({"filler": 5}, "SINV-7"),
-        ({"drafted": 5, "spec_steps": 1, "filler": 0}, "SINV-7"),
+        ({"verified": 5}, "C-I1"),
+        ({"accepted": 4}, "C-I1"),
+        ({"accepted": -1}, "C-I1"),
+        ({"spec_steps": 5}, "C-S1"),
+        ({"zero_draft_steps": -1}, "C-S1"),
+        ({"filler": 5}, "C-I1"),
+        ({"drafted": 5, "spec_steps": 1, "filler": 0}, "C-I5"),
     ],
 )
 def test_the_checker_sees_each_broken_total(change: dict[str, int], rule: str) -> None:
@@ -189,7 +189,75 @@ def test_the_checker_sees_each_broken_total(change: dict[str, int], rule: str) -
 
 def test_the_checker_sees_vectors_that_do_not_sum_to_the_totals() -> None:
     bad = replace(GOOD, per_position=((0, 0, 0),) * K_MAX)
-    assert sh.shape_violations(bad, K_MAX) == ["SINV-2"]
-    # without k_max (trees present) the chain bound is not asked
-    assert sh.shape_violations(GOOD, 1) == ["SINV-7"]
+    assert sh.shape_violations(bad, K_MAX) == ["C-I3"]
+    assert sh.shape_violations(bad, K_MAX, trees=True) == []  # trees: positions cover chains
+    bad = replace(GOOD, per_depth=())
+    assert sh.shape_violations(bad, K_MAX, trees=True) == ["C-I4"]
+    # with trees the chain's drafted bound is not asked, C-I5's accepted bound is
+    assert sh.shape_violations(GOOD, 1) == ["C-I5"]
+    assert sh.shape_violations(GOOD, 2, trees=True) == []
+    assert sh.shape_violations(GOOD, 1, trees=True) == ["C-I5"]
     assert sh.shape_violations(GOOD) == []
+
+
+@given(
+    st.lists(st.integers(1, 4), max_size=K_MAX).flatmap(
+        lambda nodes: st.tuples(
+            st.just(nodes),
+            st.integers(0, sum(nodes)),
+            st.integers(0, len(nodes)),
+            st.integers(0, sum(nodes)),
+        )
+    )
+)
+def test_a_core_tree_step_becomes_depths_that_count_it(
+    case: tuple[list[int], int, int, int],
+) -> None:
+    nodes, verified, accepted, filler = case
+    if accepted > verified:
+        with pytest.raises(InadmissibleStep, match=r"\[C-A2\]"):
+            sh.tree_layers(nodes, verified, accepted, K_MAX)
+        return
+    layers = sh.tree_layers(nodes, verified, accepted, K_MAX)
+    c = sh.fold_tree(StreamCounters.zero(K_MAX), layers, filler)
+    t = c.totals
+    assert (t.drafted, t.verified, t.accepted, t.filler) == (sum(nodes), verified, accepted, filler)
+    assert [d[0] for d in c.per_depth] == nodes
+    assert [d[2] for d in c.per_depth] == [1 if d < accepted else 0 for d in range(len(nodes))]
+    assert sh.shape_violations(c, K_MAX, trees=True) == []
+
+
+@pytest.mark.parametrize(
+    ("nodes", "verified", "accepted", "rule"),
+    [
+        ([2, 0], 1, 0, "C-A3"),
+        ([1] * (K_MAX + 1), 1, 0, "C-A3"),
+        ([2], 2, 2, "C-A3"),
+        ([2, 1], 4, 0, "C-A2"),
+        ([2, 1], 1, 2, "C-A2"),
+    ],
+)
+def test_an_impossible_core_tree_step_is_refused(
+    nodes: list[int], verified: int, accepted: int, rule: str
+) -> None:
+    with pytest.raises(InadmissibleStep, match=rf"\[{rule}\] tree step"):
+        sh.tree_layers(nodes, verified, accepted, K_MAX)
+
+
+def test_a_tree_with_more_filler_than_nodes_is_refused() -> None:
+    with pytest.raises(InadmissibleStep, match=r"\[C-A4\]"):
+        sh.fold_tree(StreamCounters.zero(K_MAX), [TreeLayer(2, 1, False)], 3)
+
+
+@pytest.mark.parametrize("counts", [[1, -1], [1, "2"], [True], [1.0]])
+def test_counts_that_are_not_integers_at_least_zero_are_refused(counts: list[object]) -> None:
+    with pytest.raises(InadmissibleStep, match=r"\[C-A1\] chain step"):
+        sh.check_counts(counts, "chain step")
+    sh.check_counts([0, 3], "chain step")
+
+
+def test_a_discarded_step_adds_nothing() -> None:
+    before = StreamCounters.zero(K_MAX)
+    after = sh.fold_chain(before, ChainStep(2, 0, 2, 1), K_MAX)
+    assert sh.keep_applied(before, after, False) == before
+    assert sh.keep_applied(before, after, True) == after

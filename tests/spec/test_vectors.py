@@ -15,7 +15,7 @@ from spectally.spec import render
 from spectally.spec.vectors import (
     VectorFormatError,
     load,
-    load_shapes,
+    load_core,
     rules_pinned,
     run_all,
     run_vector,
@@ -26,15 +26,12 @@ SPEC_DIR = Path(render.__file__).parent
 DOC = load()
 VECTORS = DOC["vectors"]
 TOL = DOC["float_tolerance"]
-SHAPES = load_shapes()  # the drafter-shape vectors pin the rules of SPEC.md section 12
+CORE = load_core()  # the kit's core vectors, run through the reference by `spectally vectors`
 
 
 def pinned_anywhere() -> dict[str, list[str]]:
-    """Rule -> the vectors of either shipped file that pin it."""
-    out = rules_pinned(DOC)
-    for rule, names in rules_pinned(SHAPES).items():
-        out.setdefault(rule, []).extend(names)
-    return out
+    """Rule -> the vectors of vectors.json that pin it (CORE.md's rules: the kit's vectors)."""
+    return rules_pinned(DOC)
 
 
 RULE_DEF = re.compile(r"\*\*\[([A-Z][A-Z0-9-]*)\]")  # a definition: **[ID] ...**
@@ -99,7 +96,7 @@ def test_every_normative_rule_is_pinned_by_a_vector() -> None:
 
 def test_decisions_list_exactly_the_vectors_that_pin_them() -> None:
     pinned = pinned_anywhere()
-    names = {v["name"] for v in VECTORS + SHAPES["vectors"]}
+    names = {v["name"] for v in VECTORS}
     for dec, text in decisions().items():
         match = re.search(r"\*\*Vectors\.\*\*(.*?)(?:\n\n|\Z)", text, re.DOTALL)
         assert match, f"{dec} has no **Vectors.** paragraph"
@@ -158,7 +155,7 @@ def test_cli_passes_and_prints_json() -> None:
     runner = CliRunner()
     plain = runner.invoke(vectors_cmd, [])
     assert plain.exit_code == 0, plain.output
-    total = len(VECTORS) + len(load_shapes()["vectors"])  # the default runs both shipped files
+    total = len(VECTORS) + len(CORE["vectors"])  # the default runs both shipped files
     assert f"{total} of {total} vectors passed" in plain.output
     as_json = runner.invoke(vectors_cmd, ["--json"])
     payload = json.loads(as_json.output)
@@ -175,6 +172,26 @@ def test_cli_fails_on_mismatch_and_on_malformed_files(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")
     broken = CliRunner().invoke(vectors_cmd, ["--file", str(tmp_path / "broken.json")])
     assert broken.exit_code == 2
+
+
+@pytest.mark.parametrize("vector", CORE["vectors"], ids=[v["name"] for v in CORE["vectors"]])
+def test_core_vector(vector: dict) -> None:
+    result = run_vector(vector, TOL)
+    assert result.kind == "core" and result.ok, "\n".join(result.mismatches)
+
+
+def test_a_wrong_core_expectation_is_reported() -> None:
+    vec = copy.deepcopy(next(v for v in CORE["vectors"] if v["name"] == "tree-two-steps"))
+    vec["expect"]["totals"]["L3"]["per_depth"]["accepted"] = [1, 1, 1]
+    vec["expect"]["totals"]["L1"]["spec_steps"] = 3
+    result = run_vector(vec, TOL)
+    assert sorted(m.split(":")[0] for m in result.mismatches) == [
+        "totals.L1.spec_steps",
+        "totals.L3.per_depth",
+    ]
+    err = copy.deepcopy(next(v for v in CORE["vectors"] if v["name"] == "refuse-tree-empty-depth"))
+    err["expect"]["error"] = "C-A2"
+    assert run_vector(err, TOL).mismatches == ["error: expected 'C-A2', got 'C-A3'"]
 
 
 def test_run_all_agrees_with_the_parametrized_cases() -> None:
