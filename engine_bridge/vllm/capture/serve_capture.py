@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spectally.engine_bridge.steplog import schema
 from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
 from spectally.engine_bridge.vllm.capture.manifest import check_log, merge_run, summarize
 
@@ -110,14 +111,7 @@ def _spec_families(text: str) -> str:
 def _totals_from_scrape(text: str, k: int) -> dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    rec: dict[str, Any] = {
-        "record": "totals",
-        "source": "prometheus",
-        "num_drafts": 0,
-        "num_draft_tokens": 0,
-        "num_accepted_tokens": 0,
-        "num_accepted_tokens_per_pos": [0] * k,
-    }
+    rec = schema.totals("prometheus", [0, 0, 0], [0] * k)
     fields = {
         "vllm:spec_decode_num_drafts_total": "num_drafts",
         "vllm:spec_decode_num_draft_tokens_total": "num_draft_tokens",
