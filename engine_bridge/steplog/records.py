@@ -19,7 +19,8 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .limits import k_error, version_error
-from .schema import EVENTS, RECORD_KINDS, REQUEST_FIELDS, SCHEMA_VERSION, Record
+from .schema import EVENTS, RECORD_KINDS, REQUEST_FIELDS, SCHEMA_VERSION
+from .schema import Record as Record
 from .source import GZIP_MAGIC, BadInput, check_line, iter_lines, needs_strict, strict_loads
 
 if TYPE_CHECKING:  # jsonschema is imported where a record fails the fast checks (start-up)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import schema
-from .schema import Record
+from .schema import Record as Record
 
 
 class StepLogWriter:

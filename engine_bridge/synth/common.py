@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..steplog import schema, writer
-from ..steplog.schema import Record
+from ..steplog.schema import Record as Record
 
 
 def header(

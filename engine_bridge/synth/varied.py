@@ -27,7 +27,7 @@ from typing import Any
 from spectally.reference.machine import Outcome
 
 from ..steplog import schema
-from ..steplog.schema import APPLIED
+from ..steplog.schema import APPLIED, Event
 from .common import (
     Record,
     as_lines,
@@ -87,7 +87,7 @@ def generate(
             out.append(schema.request_event(step, rid, "add", structured=structured))
         stats = [0, 0, 0]
         pos = [0] * k
-        ended: list[tuple[str, str]] = []
+        ended: list[tuple[str, Event]] = []
         budget_cut = rng.random() < 0.1  # a token budget that cuts this step's blocks
         preempt: set[str] = set()
         if preempt_share and rng.random() < preempt_share:  # memory pressure: a burst
