@@ -25,8 +25,11 @@ from typing import Any, Final, Literal
 from spectally.reference.machine import Outcome
 
 __all__ = [
+    "APPLIED",
+    "COUNTERS",
     "EVENTS",
     "OUTCOMES",
+    "PER_POS",
     "RECORD_KINDS",
     "REQUEST_FIELDS",
     "REQUEST_STEP_FIELDS",

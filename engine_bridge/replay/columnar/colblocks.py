@@ -42,6 +42,7 @@ from ..report import SHIFT_TERMS, shift_terms
 from . import colkeys
 from .array_arith import ARRAY_ARITH, Bools, Ints
 from .colread import Irregular
+from .colscan import COLUMNS
 from .colseq import LANES_MAX, Lanes, lane_words
 from .colstore import Growing
 
@@ -423,17 +424,7 @@ FOLD_ROWS = 8192
 # The counts of a shape, in the order of the key's fields (and of `lookup`'s ``counts``
 # matrix: the order of colscan.COLUMNS after the step, so the columnar checker's block rows
 # are that matrix as they are).
-COUNT_FIELDS = (
-    "proposed",
-    "padding",
-    "grammar_valid",
-    "scheduled",
-    "invalid",
-    "verified",
-    "sampled",
-    "accepted",
-    "delivered",
-)
+COUNT_FIELDS = COLUMNS[1:]
 _MIX = np.uint64(colkeys.MIX)  # Fibonacci hashing: the top bits of key * 2**64 / phi
 
 
