@@ -61,7 +61,7 @@ Kinds = np.ndarray[Any, np.dtype[np.int8]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 Positions = np.ndarray[Any, np.dtype[np.intp]]
 Ints = np.ndarray[Any, np.dtype[np.int64]]
-OTHER = LineKind.OTHER
+OTHER = int(LineKind.OTHER)  # a plain int: numpy converts it per line
 
 
 class Irregular(Exception):
