@@ -12,10 +12,9 @@ import pytest
 from jsonschema import Draft202012Validator
 from spectally.engine_bridge.steplog import schema, typed
 from spectally.engine_bridge.steplog.records import load_schema, parse_line
+from spectally.engine_bridge.steplog.schema import Record
 from spectally.engine_bridge.steplog.writer import Block, totals_record
 from spectally.reference.machine import Outcome
-
-Record = dict[str, Any]
 
 
 def _header(**extra: Any) -> Record:
