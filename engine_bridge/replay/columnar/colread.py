@@ -591,9 +591,7 @@ def _fill(
     other_records = itemgetter_list(records, others)
     where = others if rest is None else rest[others]
     lines.objs = dict(zip(where.tolist(), other_records, strict=True))
-    has_step = (
-        kinds[others] <= LineKind.STEP_STATS
-    )  # request, step_stats (header and totals: dicts)
+    has_step = kinds[others] <= LineKind.STEP_STATS  # request, step_stats (not header, totals)
     stepped = list(compress(other_records, has_step.tolist()))
     lines.values[where[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
     if len(others) < len(records):
