@@ -18,6 +18,7 @@ from spectally.reference.counters import Counters
 from spectally.reference.errors import SpectallyError
 
 from ..replay.dispatch import render_summary, replay_file, result_json
+from ..replay.options import ReplayOptions as ReplayOptions
 
 
 class BackendUnavailable(SpectallyError):
@@ -27,17 +28,6 @@ class BackendUnavailable(SpectallyError):
     def __init__(self, message: str, *, stuck: bool = False) -> None:
         super().__init__(message)
         self.stuck = stuck
-
-
-@dataclass(frozen=True)
-class ReplayOptions:
-    """`replay_file`'s options, the same for every file of a fleet."""
-
-    max_divergences: int = 1
-    metrics: str | None = None
-    check_invariants: bool = False
-    reference: bool = False  # --reference: the plain reference replay, no columnar checker
-    force_profile: str | None = None  # --force-profile: count every log under this profile
 
 
 @dataclass(frozen=True)
@@ -173,15 +163,7 @@ def replay_one(path: str, options: ReplayOptions, progress: bool | None = False)
     (in-process, local worker process, Ray task)."""
     try:
         engine = read_engine_info(path, options.force_profile)
-        result = replay_file(
-            path,
-            max_divergences=options.max_divergences,
-            metrics=options.metrics,
-            check_invariants=options.check_invariants,
-            progress=progress,
-            reference=options.reference,
-            force_profile=options.force_profile,
-        )
+        result = replay_file(path, progress=progress, **options.arguments())
         first: str | None = None
         if result.bad_input is not None:
             first = str(result.bad_input)

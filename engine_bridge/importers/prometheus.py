@@ -106,41 +106,7 @@ def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
     `BadInput`."""
     scrapes: list[Scrape] = []
     for path in paths:
-        current: Scrape | None = None
-        seen_meta: set[tuple[str, str]] = set()
-        types: dict[str, str] = {}
-        found = False
-        for lineno, raw in iter_text_lines(path):
-            line = raw.strip()
-            if not line:
-                continue
-            if line.startswith("#"):
-                parts = line.split(None, 3)
-                if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                    key = (parts[1], parts[2])
-                    if current is not None and key in seen_meta:
-                        current = None
-                        seen_meta = set()
-                    seen_meta.add(key)
-                    if parts[1] == "TYPE" and len(parts) == 4:
-                        types[canonical(parts[2])] = parts[3].strip()
-                continue
-            if current is None:
-                current = Scrape(path, lineno, len(scrapes), types=types)
-                scrapes.append(current)
-            if not line.startswith(PREFIXES):
-                continue
-            try:
-                families = list(text_string_to_metric_families(line + "\n"))
-            except (ValueError, IndexError, KeyError, TypeError) as exc:
-                raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
-            for family in families:
-                for sample in family.samples:
-                    labels = dict(sample.labels)
-                    _check_sample(path, lineno, raw, sample.name, labels, sample.value)
-                    _add_sample(current, sample.name, labels, sample.value, lineno)
-                    found = True
-        if not found:
+        if not _read_into(scrapes, path, iter_text_lines(path)):
             # Nothing to check (a step log, an empty or unrelated file) must not pass as ok.
             raise BadInput(
                 path,
@@ -158,6 +124,54 @@ def canonical(name: str) -> str:
         if name.startswith(prefix):
             return PREFIX + name[len(prefix) :]
     return name
+
+
+def scrapes_of_text(text: str, name: str = "<scrape>") -> list[Scrape]:
+    """The scrapes of Prometheus text already in memory (``name`` stands for its file in
+    errors), read and checked as `read_scrapes` reads a file; none if it has no spec-decode
+    sample."""
+    scrapes: list[Scrape] = []
+    _read_into(scrapes, name, enumerate(text.splitlines(), start=1))
+    return scrapes
+
+
+def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]]) -> bool:
+    """Append the scrapes of one file's ``lines``; whether it had any spec-decode sample."""
+    current: Scrape | None = None
+    seen_meta: set[tuple[str, str]] = set()
+    types: dict[str, str] = {}
+    found = False
+    for lineno, raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                key = (parts[1], parts[2])
+                if current is not None and key in seen_meta:
+                    current = None
+                    seen_meta = set()
+                seen_meta.add(key)
+                if parts[1] == "TYPE" and len(parts) == 4:
+                    types[canonical(parts[2])] = parts[3].strip()
+            continue
+        if current is None:
+            current = Scrape(path, lineno, len(scrapes), types=types)
+            scrapes.append(current)
+        if not line.startswith(PREFIXES):
+            continue
+        try:
+            families = list(text_string_to_metric_families(line + "\n"))
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
+        for family in families:
+            for sample in family.samples:
+                labels = dict(sample.labels)
+                _check_sample(path, lineno, raw, sample.name, labels, sample.value)
+                _add_sample(current, sample.name, labels, sample.value, lineno)
+                found = True
+    return found
 
 
 def _check_sample(

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..importers.findings import Finding
+from ..steplog import schema
 from ..steplog.limits import MAX_K, version_error
+from ..steplog.schema import Record
 from ..steplog.source import BadInput, read_text
 from . import promtext, serverlog, summaries
 from .profile import ENGINE
 
-Record = dict[str, Any]
 TRACE_HINT = "run llama-server with LLAMA_TRACE=1 to log each verification"
 
 
@@ -108,14 +109,13 @@ class Importer:
             task = Task(f"task-{ln.task}", ln.slot, ln.line)
             self.tasks[ln.task] = task
             self.body.append(
-                {
-                    "record": "request",
-                    "step": self.step,
-                    "request": task.rid,
-                    "event": "add",
-                    "structured": False,
-                    "meta": {"slot": ln.slot, "line": ln.line},
-                }
+                schema.request_event(
+                    self.step,
+                    task.rid,
+                    "add",
+                    structured=False,
+                    meta={"slot": ln.slot, "line": ln.line},
+                )
             )
         elif ln.kind == "restore":
             task = self._task(ln, "a verification")
@@ -153,14 +153,9 @@ class Importer:
                 )
             task.released = True
             self.body.append(
-                {
-                    "record": "request",
-                    "step": self.step,
-                    "request": task.rid,
-                    "event": "finish",
-                    "reason": "stop",
-                    "meta": {"line": ln.line},
-                }
+                schema.request_event(
+                    self.step, task.rid, "finish", reason="stop", meta={"line": ln.line}
+                )
             )
 
     def _verify(self, task: Task, ln: serverlog.Line) -> None:
@@ -189,32 +184,23 @@ class Importer:
         task.accepted += accepted
         task.steps += 1
         self.body.append(
-            {
-                "record": "request_step",
-                "step": self.step,
-                "request": task.rid,
-                "proposed": drafted,
-                "padding": 0,
-                "grammar_valid": None,
-                "scheduled": drafted,
-                "invalid": None,
-                "verified": drafted,
-                "sampled": accepted + 1,
-                "accepted": accepted,
-                "outcome": "applied",
-                "meta": meta,
-            }
+            schema.request_step(
+                step=self.step,
+                request=task.rid,
+                proposed=drafted,
+                padding=0,
+                grammar_valid=None,
+                scheduled=drafted,
+                invalid=None,
+                verified=drafted,
+                sampled=accepted + 1,
+                accepted=accepted,
+                meta=meta,
+            )
         )
-        self.body.append(
-            {
-                "record": "step_stats",
-                "step": self.step,
-                "num_drafts": 1 if drafted else 0,
-                "num_draft_tokens": drafted,
-                "num_accepted_tokens": accepted,
-                "num_accepted_tokens_per_pos": [accepted],
-            }  # widened to k in finish()
-        )
+        counts = (1 if drafted else 0, drafted, accepted)
+        per_pos = [accepted]  # widened to k by import_log
+        self.body.append(schema.step_stats(self.step, counts, per_pos))
 
 
 NOT_LLAMACPP = (
@@ -377,20 +363,18 @@ def import_log(
         k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)
     result = Imported([], list(imp.divergences), replays=imp.replays)
     result.findings = summaries.check(parsed)
-    header: Record = {
-        "record": "header",
-        "schema_version": 1,
-        "engine": ENGINE,
-        "engine_version": imp.version,
-        "num_speculative_tokens": k,
-        "scheduling": "sync",
-        "spec_method": spec_method,
-        "structured_outputs_backend": None,
-        "adaptive_verification": False,
-        "drop_stale_output": False,
-        "config": {"source": "llama-server log (LLAMA_TRACE=1)"},
-        "meta": {"recurrent_replays": imp.replays},
-    }
+    header = schema.header(
+        engine=ENGINE,
+        engine_version=imp.version,
+        num_speculative_tokens=k,
+        scheduling="sync",
+        spec_method=spec_method,
+        structured_outputs_backend=None,
+        adaptive_verification=False,
+        drop_stale_output=False,
+        config={"source": "llama-server log (LLAMA_TRACE=1)"},
+        meta={"recurrent_replays": imp.replays},
+    )
     result.records.append(header)
     for rec in imp.body:
         if rec["record"] == "step_stats":
@@ -405,16 +389,8 @@ def import_log(
         if any(delta.per_pos[k:]):
             raise BadInput(metrics_after or "", 1, 1, f"accepted at a position beyond k = {k}")
         pos = list(delta.per_pos[:k]) + [0] * (k - len(delta.per_pos[:k]))
-        result.records.append(
-            {
-                "record": "totals",
-                "source": "llamacpp:/metrics after - before",
-                "num_drafts": delta.num_drafts,
-                "num_draft_tokens": delta.num_draft_tokens,
-                "num_accepted_tokens": delta.num_accepted_tokens,
-                "num_accepted_tokens_per_pos": pos,
-            }
-        )
+        counts = (delta.num_drafts, delta.num_draft_tokens, delta.num_accepted_tokens)
+        result.records.append(schema.totals("llamacpp:/metrics after - before", counts, pos))
     elif delta is None:
         result.incomplete.append(f"{log}: no /metrics scrape given: the step log has no totals")
     return result

@@ -12,6 +12,7 @@ from spectally.reference.events import Event
 from spectally.reference.step import LegacyStepCounts
 
 from ..steplog.records import BadInput, Record
+from ..steplog.schema import PER_POS
 from ..steplog.translate import Header
 from .report import (
     LEGACY_FIELDS,
@@ -82,7 +83,7 @@ class StepAccount:
         expected = self.values()
         if expected == actual:
             return None
-        names = (*LEGACY_FIELDS, "num_accepted_tokens_per_pos")
+        names = (*LEGACY_FIELDS, PER_POS)
         table = [(n, e, a) for n, e, a in zip(names, expected, actual, strict=True)]
         if line is None:
             reason = "the engine reported no step_stats for this step, the reference counts"
@@ -183,7 +184,7 @@ def totals_divergence(
     ``ref`` (num_drafts, num_draft_tokens, num_accepted_tokens, per-position); the sum of the
     step_stats records, ``reported`` (the same four), goes in the report's state. None when
     they agree."""
-    actual = tuple(rec[f] for f in (*LEGACY_FIELDS, "num_accepted_tokens_per_pos"))
+    actual = tuple(rec[f] for f in (*LEGACY_FIELDS, PER_POS))
     table = rows(ref, actual)
     if all(e == a for _, e, a in table):
         return None

@@ -18,9 +18,10 @@ from spectally.reference.step import SHIFT_TERMS as SHIFT_TERMS
 
 from ..steplog.profiles import forced_text, forced_view
 from ..steplog.records import BadInput, Record
+from ..steplog.schema import COUNTERS, PER_POS
 from ..steplog.translate import Header
 
-LEGACY_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+LEGACY_FIELDS = COUNTERS  # the engine's own counters, as step_stats and totals records name them
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def fmt(value: Any) -> str:
 
 
 def rows(expected: tuple[Any, ...], actual: tuple[Any, ...]) -> list[tuple[str, Any, Any]]:
-    names = (*LEGACY_FIELDS, "num_accepted_tokens_per_pos")
+    names = (*LEGACY_FIELDS, PER_POS)
     return [(n, _plain(e), _plain(a)) for n, e, a in zip(names, expected, actual, strict=True)]
 
 

@@ -4,6 +4,9 @@ A step log is NDJSON (spec/STEP_LOG.md): a header, one record per engine event o
 closing totals record. This package is the bottom of the bridge; every stage above reads logs
 through it and it imports nothing of the bridge.
 
+- ``schema``: the record defined once (kinds, field and outcome names, ``Record``) and one
+  constructor per record kind, which every producer of logs calls; ``typed``: the same
+  records as msgspec structs (the columnar judge's decoder);
 - ``source``: bytes in (plain or gzip, seekable or a pipe), lines out, with the input checks;
 - ``limits``: the input limits every reader applies before allocating;
 - ``records``: one line parsed and checked against the schema (``parse_line``, ``BadInput``);

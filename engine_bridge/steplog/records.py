@@ -19,17 +19,14 @@ from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .limits import k_error, version_error
+from .schema import EVENTS, RECORD_KINDS, REQUEST_FIELDS, SCHEMA_VERSION
+from .schema import Record as Record
 from .source import GZIP_MAGIC, BadInput, check_line, iter_lines, needs_strict, strict_loads
 
 if TYPE_CHECKING:  # jsonschema is imported where a record fails the fast checks (start-up)
     from jsonschema import Draft202012Validator
 
 __all__ = ["GZIP_MAGIC", "BadInput", "check_record", "iter_lines", "parse_line", "validate"]
-
-SCHEMA_VERSION = 1
-RECORD_KINDS = ("header", "request", "request_step", "step_stats", "totals")
-
-Record = dict[str, Any]
 
 
 @lru_cache(maxsize=1)
@@ -273,10 +270,8 @@ def _path_text(path: list[str | int]) -> str:
     return out
 
 
-_REQUEST_KEYS = frozenset(
-    ("record", "step", "request", "event", "reason", "structured", "drop_stale_output", "meta")
-)
-_REQUEST_EVENTS = frozenset(("add", "finish", "abort", "preempt"))
+_REQUEST_KEYS = frozenset(REQUEST_FIELDS)
+_REQUEST_EVENTS = frozenset(EVENTS)
 
 
 def _fast_request_ok(obj: Record) -> bool:

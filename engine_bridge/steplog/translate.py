@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from spectally.reference.arith import INT_ARITH, Arith, B, N
 from spectally.reference.errors import SpectallyError
@@ -65,7 +64,7 @@ from spectally.reference.profile import (
 )
 from spectally.reference.step import Mode, StepInputs, grammar_keeps
 
-Record = dict[str, Any]
+from .schema import Record
 
 LEGACY_PROFILE = VLLM_LEGACY.name
 

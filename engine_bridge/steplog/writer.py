@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Record = dict[str, Any]
+from . import schema
+from .schema import Record as Record
 
 
 class StepLogWriter:
@@ -96,29 +97,26 @@ class Block:
     verified: int | None = None
     sampled: int = 0
     accepted: int = 0
-    outcome: str = "applied"
+    outcome: str = schema.APPLIED
     # Output tokens the engine appended to the request from this block's result (observed:
     # output length after minus before update_from_output). None = not observed.
     delivered: int | None = None
 
     def record(self) -> Record:
-        rec: Record = {
-            "record": "request_step",
-            "step": self.step,
-            "request": self.request,
-            "proposed": self.proposed,
-            "padding": self.padding,
-            "grammar_valid": self.grammar_valid,
-            "scheduled": self.scheduled,
-            "invalid": self.invalid,
-            "verified": self.verified,
-            "sampled": self.sampled,
-            "accepted": self.accepted,
-            "outcome": self.outcome,
-        }
-        if self.delivered is not None:
-            rec["delivered"] = self.delivered
-        return rec
+        return schema.request_step(
+            step=self.step,
+            request=self.request,
+            proposed=self.proposed,
+            padding=self.padding,
+            grammar_valid=self.grammar_valid,
+            scheduled=self.scheduled,
+            invalid=self.invalid,
+            verified=self.verified,
+            sampled=self.sampled,
+            accepted=self.accepted,
+            outcome=self.outcome,
+            delivered=self.delivered,
+        )
 
     def empty(self) -> bool:
         return self.proposed == 0 and self.padding == 0 and self.scheduled == 0
@@ -161,15 +159,7 @@ SPEC_METRICS = {
 def totals_record(source: str, counts: list[int], per_pos: list[int]) -> Record:
     """The closing ``totals`` record: ``counts`` is (drafts, draft tokens, accepted tokens),
     ``per_pos`` the accepted tokens per draft position; ``source`` names where they were read."""
-    drafts, draft_tokens, accepted = counts
-    return {
-        "record": "totals",
-        "source": source,
-        "num_drafts": drafts,
-        "num_draft_tokens": draft_tokens,
-        "num_accepted_tokens": accepted,
-        "num_accepted_tokens_per_pos": per_pos,
-    }
+    return schema.totals(source, counts, per_pos)
 
 
 def totals_from_metrics(metrics: Any, k: int) -> Record:

@@ -14,9 +14,8 @@ import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..steplog import writer
-
-Record = dict[str, Any]
+from ..steplog import schema, writer
+from ..steplog.schema import Record as Record
 
 
 def header(
@@ -30,19 +29,17 @@ def header(
     engine_version: str = "0.32.0",
 ) -> Record:
     """The header record of a synthetic vLLM log (EAGLE drafts, xgrammar when structured)."""
-    return {
-        "record": "header",
-        "schema_version": 1,
-        "engine": "vllm",
-        "engine_version": engine_version,
-        "num_speculative_tokens": k,
-        "scheduling": mode,
-        "spec_method": "eagle",
-        "structured_outputs_backend": "xgrammar" if structured else None,
-        "adaptive_verification": av,
-        "drop_stale_output": drop_stale_output,
-        "config": {"synthetic": True, **config},
-    }
+    return schema.header(
+        engine="vllm",
+        engine_version=engine_version,
+        num_speculative_tokens=k,
+        scheduling=mode,
+        spec_method="eagle",
+        structured_outputs_backend="xgrammar" if structured else None,
+        adaptive_verification=av,
+        drop_stale_output=drop_stale_output,
+        config={"synthetic": True, **config},
+    )
 
 
 def totals_record(totals: list[int], totals_pos: list[int]) -> Record:
@@ -83,16 +80,7 @@ def close_step(
     vLLM logs it) and the step's counts added to the running totals."""
     if not stats[0]:
         return
-    out.append(
-        {
-            "record": "step_stats",
-            "step": step,
-            "num_drafts": stats[0],
-            "num_draft_tokens": stats[1],
-            "num_accepted_tokens": stats[2],
-            "num_accepted_tokens_per_pos": pos,
-        }
-    )
+    out.append(schema.step_stats(step, stats, pos))
     for i in range(3):
         totals[i] += stats[i]
     for i, n in enumerate(pos):
@@ -134,20 +122,18 @@ def engine_block(
     accepted = 0
     while accepted < eligible and rng.random() < p_accept:
         accepted += 1
-    return {
-        "record": "request_step",
-        "step": step,
-        "request": rid,
-        "proposed": proposed,
-        "padding": padding,
-        "grammar_valid": grammar_valid,
-        "scheduled": scheduled,
-        "invalid": invalid,
-        "verified": verified,
-        "sampled": accepted + 1,
-        "accepted": accepted,
-        "outcome": "applied",
-    }
+    return schema.request_step(
+        step=step,
+        request=rid,
+        proposed=proposed,
+        padding=padding,
+        grammar_valid=grammar_valid,
+        scheduled=scheduled,
+        invalid=invalid,
+        verified=verified,
+        sampled=accepted + 1,
+        accepted=accepted,
+    )
 
 
 def as_lines(records: Iterable[Record]) -> Iterator[bytes]:

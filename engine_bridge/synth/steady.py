@@ -17,6 +17,9 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from spectally.reference.machine import Outcome
+
+from ..steplog import schema
 from .common import (
     Record,
     as_lines,
@@ -68,15 +71,7 @@ def generate(
             rid = f"req-{next_id}"
             next_id += 1
             active[rid] = rng.random() < structured_share
-            out.append(
-                {
-                    "record": "request",
-                    "step": step,
-                    "request": rid,
-                    "event": "add",
-                    "structured": active[rid],
-                }
-            )
+            out.append(schema.request_event(step, rid, "add", structured=active[rid]))
         stats = [0, 0, 0]
         pos = [0] * k
         finished: list[str] = []
@@ -87,21 +82,13 @@ def generate(
             if rng.random() < 1.0 / mean_steps:
                 finished.append(rid)
         for rid in finished:
-            out.append(
-                {
-                    "record": "request",
-                    "step": step,
-                    "request": rid,
-                    "event": "finish",
-                    "reason": "stop",
-                }
-            )
+            out.append(schema.request_event(step, rid, "finish", reason="stop"))
         close_step(out, step, stats, pos, totals, totals_pos)
         for rid in finished:
             structured = active.pop(rid)
             if mode == "async":  # the next block was already in flight: discarded, uncounted
                 rec = _block(rng, step + 1, rid, structured, k, mode, av)
-                rec["outcome"] = "discarded_finished"
+                rec["outcome"] = Outcome.DISCARDED_FINISHED.value
                 rec["sampled"] = rec["accepted"] = 0
                 in_flight.append(rec)
         yield from out

@@ -24,6 +24,10 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from spectally.reference.machine import Outcome
+
+from ..steplog import schema
+from ..steplog.schema import APPLIED, Event
 from .common import (
     Record,
     as_lines,
@@ -34,6 +38,9 @@ from .common import (
     schedulable,
     totals_record,
 )
+
+DISCARDED_FINISHED = Outcome.DISCARDED_FINISHED.value
+DISCARDED_ABORTED = Outcome.DISCARDED_ABORTED.value
 
 
 def generate(
@@ -77,18 +84,10 @@ def generate(
             rid = f"cmpl-{rng.getrandbits(128):032x}"
             structured = rng.random() < structured_share
             active[rid] = (structured, 1.0 / rng.choice((3, 10, 40, 150, 600)))
-            out.append(
-                {
-                    "record": "request",
-                    "step": step,
-                    "request": rid,
-                    "event": "add",
-                    "structured": structured,
-                }
-            )
+            out.append(schema.request_event(step, rid, "add", structured=structured))
         stats = [0, 0, 0]
         pos = [0] * k
-        ended: list[tuple[str, str]] = []
+        ended: list[tuple[str, Event]] = []
         budget_cut = rng.random() < 0.1  # a token budget that cuts this step's blocks
         preempt: set[str] = set()
         if preempt_share and rng.random() < preempt_share:  # memory pressure: a burst
@@ -102,7 +101,7 @@ def generate(
                 out.extend(_preempted(rng, step, rid, structured, k, mode, av, drop_stale_output))
                 paused[rid] = step + rng.randint(2, 12)
                 rec = out[-1]
-                if rec["record"] != "request_step" or rec["outcome"] != "applied":
+                if rec["record"] != "request_step" or rec["outcome"] != APPLIED:
                     continue
             elif rng.random() < 0.03:
                 continue  # no draft block this step
@@ -113,14 +112,12 @@ def generate(
             if rid not in paused and rng.random() < end_chance:
                 ended.append((rid, "abort" if rng.random() < abort_share else "finish"))
         for rid, event in ended:
-            end: Record = {"record": "request", "step": step, "request": rid, "event": event}
-            if event == "finish":
-                end["reason"] = rng.choice(("stop", "length", "eos"))
-            out.append(end)
+            reason = rng.choice(("stop", "length", "eos")) if event == "finish" else None
+            out.append(schema.request_event(step, rid, event, reason=reason))
         close_step(out, step, stats, pos, totals, totals_pos)
         for rid, event in ended:
             structured, _ = active.pop(rid)
-            outcome = "discarded_finished" if event == "finish" else "discarded_aborted"
+            outcome = DISCARDED_FINISHED if event == "finish" else DISCARDED_ABORTED
             if mode == "async" and rng.random() < 0.9:  # the next block was in flight
                 rec = _block(rng, step + 1, rid, structured, k, mode, av, False)
             elif mode == "sync" and rng.random() < 0.3:  # a proposal never scheduled
@@ -147,20 +144,20 @@ def _preempted(
     default_drop: bool,
 ) -> list[Record]:
     """A preemption of a running request and its block of this step, as vLLM writes them."""
-    preempt: Record = {"record": "request", "step": step, "request": rid, "event": "preempt"}
     r = rng.random()
     drop = default_drop
+    said: bool | None = None  # the record's own drop_stale_output, when it has one
     if r < 0.3:
-        drop = preempt["drop_stale_output"] = r < 0.15
-    out = [preempt]
+        drop = said = r < 0.15
+    out = [schema.request_event(step, rid, "preempt", drop_stale_output=said)]
     rec = _block(rng, step, rid, structured, k, mode, av, False)
     if mode == "sync":
         if rng.random() < 0.5:  # the proposal, never scheduled
             rec.update(scheduled=0, verified=None, invalid=None, sampled=0, accepted=0)
-            rec["outcome"] = "discarded_preempted"
+            rec["outcome"] = Outcome.DISCARDED_PREEMPTED.value
             out.append(rec)
     elif drop:  # the stale output in flight, dropped
-        rec["outcome"] = "discarded_stale"
+        rec["outcome"] = Outcome.DISCARDED_STALE.value
         out.append(rec)
     else:  # the stale output in flight, delivered: an ordinary applied block
         out.append(rec)

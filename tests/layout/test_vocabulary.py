@@ -10,7 +10,7 @@ from typing import get_args
 from spectally.engine_bridge.fleet.job import BackendUnavailable
 from spectally.engine_bridge.fleet.ray import RayUnavailable
 from spectally.engine_bridge.replay.columnar import colread, colscan
-from spectally.engine_bridge.steplog import translate
+from spectally.engine_bridge.steplog import schema, translate, typed
 from spectally.engine_bridge.steplog.records import BadInput
 from spectally.exit_codes import EXIT_SEVERAL, SEVERITY, ExitCode, Verdict
 from spectally.reference.errors import SpectallyError
@@ -24,7 +24,8 @@ OUTCOMES = tuple(o.value for o in Outcome)
 def test_every_spelling_of_the_block_outcomes_is_the_reference_s() -> None:
     assert colscan.OUTCOMES == OUTCOMES
     assert colread.OUTCOMES == OUTCOMES
-    assert get_args(colread.Outcome) == OUTCOMES  # msgspec's typed decoder needs a Literal
+    assert get_args(typed.Outcome) == OUTCOMES  # msgspec's typed decoder needs a Literal
+    assert schema.OUTCOMES == OUTCOMES
     assert vectors.OUTCOMES == OUTCOMES
     assert set(translate.DISCARDED_OUTCOMES) == set(OUTCOMES) - {"applied"}
     assert set(translate.LIFECYCLE_OUTCOME.values()) | set(translate.HELD_ACCEPT_OUTCOMES) == (

@@ -43,6 +43,7 @@ from spectally.reference.step import (
 from . import colkeys
 from .array_arith import ARRAY_ARITH, Bools, Ints
 from .colread import Irregular
+from .colscan import COLUMNS
 from .colseq import LANES_MAX, Lanes, lane_words
 from .colstore import Growing
 
@@ -424,17 +425,7 @@ FOLD_ROWS = 8192
 # The counts of a shape, in the order of the key's fields (and of `lookup`'s ``counts``
 # matrix: the order of colscan.COLUMNS after the step, so the columnar checker's block rows
 # are that matrix as they are).
-COUNT_FIELDS = (
-    "proposed",
-    "padding",
-    "grammar_valid",
-    "scheduled",
-    "invalid",
-    "verified",
-    "sampled",
-    "accepted",
-    "delivered",
-)
+COUNT_FIELDS = COLUMNS[1:]
 _MIX = np.uint64(colkeys.MIX)  # Fibonacci hashing: the top bits of key * 2**64 / phi
 
 

@@ -31,13 +31,22 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, itemgetter
-from typing import Annotated, Any, BinaryIO, Literal, cast
+from typing import Any, BinaryIO, cast
 
 import msgspec
 import numpy as np
-from spectally.engine_bridge.steplog.limits import MAX_INT, MAX_LINE_BYTES
+from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
 from spectally.engine_bridge.steplog.records import BadInput, Record, load_schema, parse_line
 from spectally.engine_bridge.steplog.source import BOM, close_stream, log_bytes, open_binary
+from spectally.engine_bridge.steplog.typed import (
+    KIND,
+    HeaderLine,
+    LineKind,
+    Request,
+    RequestStep,
+    StepStats,
+    TotalsLine,
+)
 
 from . import colscan
 from .colbytes import glued_values, key_colons, key_marks
@@ -52,62 +61,11 @@ Kinds = np.ndarray[Any, np.dtype[np.int8]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 Positions = np.ndarray[Any, np.dtype[np.intp]]
 Ints = np.ndarray[Any, np.dtype[np.int64]]
-Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
-RequestId = Annotated[str, msgspec.Meta(min_length=1)]
-Outcome = Literal[
-    "applied",
-    "discarded_finished",
-    "discarded_aborted",
-    "discarded_preempted",
-    "discarded_stale",
-]
+OTHER = int(LineKind.OTHER)  # a plain int: numpy converts it per line
 
 
 class Irregular(Exception):
     """The columnar checker cannot vouch for this log: the reference replay judges it."""
-
-
-_STRUCT: dict[str, Any] = {"forbid_unknown_fields": True, "tag_field": "record", "gc": False}
-
-
-class RequestStep(msgspec.Struct, tag="request_step", **_STRUCT):
-    step: Count
-    request: RequestId
-    outcome: Outcome
-    proposed: Count
-    padding: Count
-    grammar_valid: Count | None
-    scheduled: Count
-    invalid: Count | None
-    verified: Count | None
-    accepted: Count
-    sampled: Count
-    delivered: Count | msgspec.UnsetType | None = msgspec.UNSET
-
-
-class Request(msgspec.Struct, tag="request", **_STRUCT):
-    step: Count
-    request: RequestId
-    event: Literal["add", "finish", "abort", "preempt"]
-    structured: bool | msgspec.UnsetType = msgspec.UNSET
-    reason: str | msgspec.UnsetType = msgspec.UNSET
-    drop_stale_output: bool | msgspec.UnsetType = msgspec.UNSET
-
-
-class StepStats(msgspec.Struct, tag="step_stats", **_STRUCT):
-    step: Count
-    num_drafts: Count
-    num_draft_tokens: Count
-    num_accepted_tokens: Count
-    num_accepted_tokens_per_pos: list[Count]
-
-
-class HeaderLine(msgspec.Struct, tag="header", tag_field="record", gc=False):
-    """A header: decoded again by `records.parse_line` (once per log)."""
-
-
-class TotalsLine(msgspec.Struct, tag="totals", tag_field="record", gc=False):
-    """A totals record: decoded again by `records.parse_line` (once per log)."""
 
 
 _DECODER = msgspec.json.Decoder(RequestStep | Request | StepStats | HeaderLine | TotalsLine)
@@ -302,7 +260,7 @@ def _decode_chunk(
         return records, kinds, blocks
     n = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
     records = _decode_lines_one_by_one(path, first_line, chunk, n)
-    return records, np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n), None
+    return records, np.fromiter(map(KIND.get, map(type, records), repeat(OTHER)), np.int8, n), None
 
 
 def _keys_match(chunk: bytes, records: list[Any]) -> tuple[Kinds, list[Any]] | None:
@@ -330,22 +288,26 @@ def _keys_match(chunk: bytes, records: list[Any]) -> tuple[Kinds, list[Any]] | N
         MAX_LINE_BYTES + 1
     ):
         return None  # a line over the limit: the reference decoder says so
-    kinds = np.fromiter(map(KIND.get, map(type, records), repeat(5)), np.int8, n)
-    per_kind = np.bincount(kinds, minlength=6)
-    head = int(kinds[0] == 3)
-    tail = int(n > 1 and kinds[-1] == 4)
-    if per_kind[3] + per_kind[4] != head + tail or per_kind[5]:
+    kinds = np.fromiter(map(KIND.get, map(type, records), repeat(OTHER)), np.int8, n)
+    per_kind = np.bincount(kinds, minlength=len(LineKind))
+    head = int(kinds[0] == LineKind.HEADER)
+    tail = int(n > 1 and kinds[-1] == LineKind.TOTALS)
+    if per_kind[LineKind.HEADER] + per_kind[LineKind.TOTALS] != head + tail or per_kind[OTHER]:
         return None  # a header or totals line is vouched for only first / last in a chunk
-    fields = 12 * int(per_kind[0]) + 4 * int(per_kind[1]) + 6 * int(per_kind[2])
-    if per_kind[1]:
+    fields = sum(keys * int(per_kind[KIND[t]]) for t, keys in _FIXED_KEYS.items())
+    if per_kind[LineKind.REQUEST]:
         # a request record's optional fields, counted one field at a time over all of them
         # (C passes; `_keys` called per record took as long as the rest of this check)
-        requests = itemgetter_list(records, np.flatnonzero(kinds == 1))
+        requests = itemgetter_list(records, np.flatnonzero(kinds == LineKind.REQUEST))
         fields += sum(
             len(requests) - list(map(field, requests)).count(msgspec.UNSET)
             for field in _REQUEST_OPTIONAL
         )
-    steps = list(compress(records, (kinds == 0).tolist())) if per_kind[0] else []
+    steps = (
+        list(compress(records, (kinds == LineKind.REQUEST_STEP).tolist()))
+        if per_kind[LineKind.REQUEST_STEP]
+        else []
+    )
     if steps:
         fields += len(steps) - list(map(_DELIVERED, steps)).count(msgspec.UNSET)
     start = chunk.find(b"\n") + 1 if head else 0
@@ -404,13 +366,6 @@ def itemgetter_list(records: list[Any], index: np.ndarray[Any, np.dtype[np.intp]
     return list(itemgetter(*index.tolist())(records))
 
 
-KIND: dict[type, int] = {
-    RequestStep: 0,
-    Request: 1,
-    StepStats: 2,
-    HeaderLine: 3,
-    TotalsLine: 4,
-}
 _DELIVERED = attrgetter("delivered")
 _REQUEST_OPTIONAL = tuple(map(attrgetter, ("structured", "reason", "drop_stale_output")))
 
@@ -631,12 +586,12 @@ def _fill(
     (``kinds``, `KIND`; ``blocks``: the request_step ones, if collected): a request_step's
     row (`_block_rows`), every other record in ``objs`` and its step (header, totals: none)
     in column 0."""
-    block = kinds == 0
+    block = kinds == LineKind.REQUEST_STEP
     others = np.flatnonzero(~block)
     other_records = itemgetter_list(records, others)
     where = others if rest is None else rest[others]
     lines.objs = dict(zip(where.tolist(), other_records, strict=True))
-    has_step = kinds[others] <= 2  # request, step_stats (header and totals: dicts)
+    has_step = kinds[others] <= LineKind.STEP_STATS  # request, step_stats (not header, totals)
     stepped = list(compress(other_records, has_step.tolist()))
     lines.values[where[has_step], 0] = np.fromiter(map(_STEP, stepped), np.int64, len(stepped))
     if len(others) < len(records):

@@ -53,7 +53,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from spectally.reference.machine import Outcome
+from spectally.engine_bridge.steplog.schema import OUTCOMES as OUTCOMES
+from spectally.engine_bridge.steplog.schema import REQUEST_STEP_FIELDS
 
 from .jit import compile_kernels
 
@@ -62,20 +63,9 @@ Bools = np.ndarray[Any, np.dtype[np.bool_]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 Words = np.ndarray[Any, np.dtype[np.uint64]]
 
-OUTCOMES = tuple(o.value for o in Outcome)
-# The values of a taken line, in this order (`Scan.values` columns).
-COLUMNS = (
-    "step",
-    "proposed",
-    "padding",
-    "grammar_valid",
-    "scheduled",
-    "invalid",
-    "verified",
-    "sampled",
-    "accepted",
-    "delivered",
-)
+# The values of a taken line, in this order (`Scan.values` columns): the record's integer
+# fields in the order the writers write them.
+COLUMNS = tuple(f for f in REQUEST_STEP_FIELDS if f not in ("record", "request", "outcome", "meta"))
 NULL = -1  # a null value (grammar_valid, invalid, verified, delivered)
 ABSENT = -2  # no delivered key in the line
 MAX_DIGITS = 18  # 10**18 - 1 < 2**63 - 1: no value the scanner takes is over the limit

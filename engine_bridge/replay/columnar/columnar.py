@@ -32,6 +32,7 @@ from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
 from spectally.engine_bridge.steplog.profiles import resolve
 from spectally.engine_bridge.steplog.records import BadInput, Record, exported_counters, parse_line
 from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, Header
+from spectally.engine_bridge.steplog.typed import LineKind
 from spectally.exit_codes import Verdict
 from spectally.reference.counters import Counters
 from spectally.reference.errors import InvariantViolation
@@ -218,7 +219,7 @@ class Columnar:
             return records, start
         if self.header is None:
             raise Irregular("no header")
-        if (records.kinds > 2).any():
+        if (records.kinds > LineKind.STEP_STATS).any():
             raise Irregular("a header or totals record out of place")
         steps = records.steps
         if steps[0] < self.last_step or (steps[1:] < steps[:-1]).any():
@@ -241,9 +242,9 @@ class Columnar:
         new = np.count_nonzero(steps[1:] != steps[:-1]) + int(steps[0] != self.last_step)
         self.tally.steps += int(new)
         self.last_step = int(steps[-1])
-        rs_at = np.flatnonzero(kinds == 0)
-        rq_at = np.flatnonzero(kinds == 1)
-        ss_at = np.flatnonzero(kinds == 2)
+        rs_at = np.flatnonzero(kinds == LineKind.REQUEST_STEP)
+        rq_at = np.flatnonzero(kinds == LineKind.REQUEST)
+        ss_at = np.flatnonzero(kinds == LineKind.STEP_STATS)
         # The blocks' counts as rows (np.take: faster than values[rs_at]); the columns after
         # the step are colblocks.COUNT_FIELDS, the shape table's key fields, in order. The
         # whole rows are taken, then the step left out by a view: `np.take` of the strided

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spectally.engine_bridge.steplog import schema
 from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
 from spectally.engine_bridge.vllm.capture.manifest import check_log, merge_run, summarize
 
@@ -108,30 +109,17 @@ def _spec_families(text: str) -> str:
 
 
 def _totals_from_scrape(text: str, k: int) -> dict[str, Any]:
-    from prometheus_client.parser import text_string_to_metric_families
+    """The ``totals`` record of Prometheus text: vLLM's spec-decode counters summed over every
+    label set (and every scrape the text holds), read by the one Prometheus reader."""
+    from spectally.engine_bridge.importers.prometheus import scrapes_of_text, spec_totals
 
-    rec: dict[str, Any] = {
-        "record": "totals",
-        "source": "prometheus",
-        "num_drafts": 0,
-        "num_draft_tokens": 0,
-        "num_accepted_tokens": 0,
-        "num_accepted_tokens_per_pos": [0] * k,
-    }
-    fields = {
-        "vllm:spec_decode_num_drafts_total": "num_drafts",
-        "vllm:spec_decode_num_draft_tokens_total": "num_draft_tokens",
-        "vllm:spec_decode_num_accepted_tokens_total": "num_accepted_tokens",
-    }
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in fields:
-                rec[fields[sample.name]] += int(sample.value)
-            elif sample.name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
-                rec["num_accepted_tokens_per_pos"][int(sample.labels["position"])] += int(
-                    sample.value
-                )
-    return rec
+    counts = [0, 0, 0]
+    per_pos = [0] * k
+    for scrape in scrapes_of_text(text):
+        *scalars, pos = spec_totals(scrape, k)
+        counts = [a + b for a, b in zip(counts, scalars, strict=True)]
+        per_pos = [a + b for a, b in zip(per_pos, pos, strict=True)]
+    return schema.totals("prometheus", counts, per_pos)
 
 
 def serve_one(cfg: ServeConfig, out: Path, python: str = sys.executable) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spectally.engine_bridge.steplog import schema
 from spectally.engine_bridge.steplog.writer import (
     Block,
     count_proposal,
@@ -399,17 +400,8 @@ class RecorderMixin:
                 sx.request_event(at, req_id, "finish", finish_reason(request.status))
         if sx.step_delta is not None and sx.step_delta[0] > 0:
             d = sx.step_delta
-            stats: dict[str, Any] = {
-                "record": "step_stats",
-                "step": step,
-                "num_drafts": d[0],
-                "num_draft_tokens": d[1],
-                "num_accepted_tokens": d[2],
-                "num_accepted_tokens_per_pos": d[3:],
-            }
-            if sx.fixed:  # the engine's own verified count of the step (schema v1: in meta)
-                stats["meta"] = {"num_verified_draft_tokens": sx.step_verified}
-            sx.emit(step, stats)
+            verified = sx.step_verified if sx.fixed else None  # the fixed engine's own count
+            sx.emit(step, schema.step_stats(step, d[:3], d[3:], verified=verified))
         sx.flush()
 
     def shutdown(self) -> None:

@@ -15,9 +15,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from spectally.engine_bridge.steplog import schema
 from spectally.engine_bridge.steplog.writer import Block, Record, StepLogWriter, StepOrderBuffer
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = schema.SCHEMA_VERSION
 
 
 class RecorderFailure(RuntimeError):
@@ -174,21 +175,19 @@ class _RecorderState:
         extra = os.environ.get(ENV_CONFIG)
         if extra:
             config.update(json.loads(extra))
-        return {
-            "record": "header",
-            "schema_version": SCHEMA_VERSION,
-            "engine": "vllm",
-            "engine_version": getattr(sched, "spectally_engine_version", None) or _vllm_version(),
-            "num_speculative_tokens": self.k,
-            "scheduling": "async" if self.is_async else "sync",
-            "spec_method": str(getattr(spec, "method", None)),
-            "structured_outputs_backend": self._so_backend(),
-            "adaptive_verification": bool(getattr(spec, "enable_adaptive_verification", False)),
-            "drop_stale_output": bool(getattr(sched, "requires_kv_delivery", False)),
-            "engine_index": int(getattr(vc.parallel_config, "data_parallel_index", 0) or 0),
-            **({"counting": "rfc"} if self.fixed else {}),
-            "config": config,
-        }
+        return schema.header(
+            engine="vllm",
+            engine_version=getattr(sched, "spectally_engine_version", None) or _vllm_version(),
+            num_speculative_tokens=self.k,
+            scheduling="async" if self.is_async else "sync",
+            spec_method=str(getattr(spec, "method", None)),
+            structured_outputs_backend=self._so_backend(),
+            adaptive_verification=bool(getattr(spec, "enable_adaptive_verification", False)),
+            drop_stale_output=bool(getattr(sched, "requires_kv_delivery", False)),
+            engine_index=int(getattr(vc.parallel_config, "data_parallel_index", 0) or 0),
+            counting="rfc" if self.fixed else None,
+            config=config,
+        )
 
     def _so_backend(self) -> str | None:
         env = os.environ.get(ENV_SO_BACKEND)
@@ -258,16 +257,7 @@ class _RecorderState:
             self.flush(everything=True)
         if self.writes_totals and self._header_written:
             e = self.exported
-            self._write(
-                {
-                    "record": "totals",
-                    "source": "scheduler_stats",
-                    "num_drafts": e[0],
-                    "num_draft_tokens": e[1],
-                    "num_accepted_tokens": e[2],
-                    "num_accepted_tokens_per_pos": e[3:],
-                }
-            )
+            self._write(schema.totals("scheduler_stats", e[:3], e[3:]))
         self._closed = True
         for closer in self._closers:
             closer()
@@ -277,21 +267,21 @@ class _RecorderState:
         self,
         step: int,
         req_id: str,
-        event: str,
+        event: schema.Event,
         reason: str | None,
         structured: bool | None = None,
         meta: dict[str, Any] | None = None,
         drop_stale_output: bool | None = None,
     ) -> None:
-        rec: Record = {"record": "request", "step": step, "request": req_id, "event": event}
-        if reason is not None:
-            rec["reason"] = reason
-        if structured is not None:
-            rec["structured"] = structured
-        if drop_stale_output is not None:
-            rec["drop_stale_output"] = drop_stale_output
-        if meta:
-            rec["meta"] = meta
+        rec = schema.request_event(
+            step,
+            req_id,
+            event,
+            reason=reason,
+            structured=structured,
+            drop_stale_output=drop_stale_output,
+            meta=meta,
+        )
         self.emit(step, rec)
 
     def drop_pending(self, req_id: str, outcome: str, step: int) -> None:

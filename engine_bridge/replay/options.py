@@ -1,0 +1,29 @@
+"""`ReplayOptions`: how to replay a log, the same for every file of a run.
+
+The one set of replay options: the ``replay`` command fills it from its flags, the fleet ships
+it to every worker, and `dispatch.replay_file` takes its fields as keyword arguments of the same
+names (`ReplayOptions.arguments`; tests/steplog/test_record_schema.py checks they match).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ReplayOptions"]
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """`replay_file`'s options, the same for every file of a fleet."""
+
+    max_divergences: int = 1  # --keep-going: divergences reported per log
+    metrics: str | None = None  # --metrics: a Prometheus scrape taken after the run
+    check_invariants: bool = False  # --check-invariants: every invariant after every event
+    reference: bool = False  # --reference: the plain reference replay, no columnar checker
+    force_profile: str | None = None  # --force-profile: count every log under this profile
+
+    def arguments(self) -> dict[str, Any]:
+        """The options as `dispatch.replay_file`'s keyword arguments."""
+        return dataclasses.asdict(self)
