@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from ..steplog.limits import MAX_INT, MAX_K
 from ..steplog.source import BadInput, iter_text_lines
@@ -161,17 +162,23 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
             scrapes.append(current)
         if not line.startswith(PREFIXES):
             continue
-        try:
-            families = list(text_string_to_metric_families(line + "\n"))
-        except (ValueError, IndexError, KeyError, TypeError) as exc:
-            raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
-        for family in families:
-            for sample in family.samples:
-                labels = dict(sample.labels)
-                _check_sample(path, lineno, raw, sample.name, labels, sample.value)
-                _add_sample(current, sample.name, labels, sample.value, lineno)
-                found = True
+        for sample in samples_of_line(path, lineno, line):
+            labels = dict(sample.labels)
+            _check_sample(path, lineno, raw, sample.name, labels, sample.value)
+            _add_sample(current, sample.name, labels, sample.value, lineno)
+            found = True
     return found
+
+
+def samples_of_line(path: str, lineno: int, line: str) -> list[Sample]:
+    """The samples of one exposition line (a sample line, not a comment), parsed by
+    ``prometheus_client``'s parser; `BadInput` naming ``path:lineno`` if it is malformed. Every
+    reader of Prometheus text here (vLLM's scrapes, llama-server's) parses through this."""
+    try:
+        families = list(text_string_to_metric_families(line + "\n"))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
+    return [sample for family in families for sample in family.samples]
 
 
 def _check_sample(
