@@ -404,12 +404,13 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
 
 
 def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Finding]:
+    """One label set from scrape ``s0`` to ``s1``: a gauge is noted and left alone; a decrease
+    is a reset or a violation; otherwise the interval's deltas keep the invariants."""
     where = f"scrapes {s0.index + 1}→{s1.index + 1} {b.name()}"
-    findings: list[Finding] = []
     gauges = sorted({n for n in (*SCALARS, PER_POS) if s1.kind(n) == "gauge"})
     if gauges:
         # a gauge is a level: neither monotone nor differenced, and no interval is checked
-        findings.append(
+        return [
             Finding(
                 s1.path,
                 b.line(),
@@ -418,8 +419,16 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
                 f"{where}: {', '.join(gauges)} declared gauge (# TYPE): a level, not a running"
                 " total, so neither required to grow nor differenced between scrapes",
             )
-        )
-        return findings
+        ]
+    went_back = _decrease(s1, a, b, where)
+    if went_back is not None:
+        return [went_back]
+    return _interval_invariants(s1, a, b, where)
+
+
+def _decrease(s1: Scrape, a: Series, b: Series, where: str) -> Finding | None:
+    """A counter that went back from ``a`` to ``b``: a reset (a new ``_created``, or none to
+    tell) or a violation (``_created`` the same); None if none went back."""
     known = [n for n in b.created if n in a.created]
     restarted = any(b.created[n] != a.created[n] for n in known)
     decreased: list[str] = []
@@ -433,35 +442,35 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
             if not decreased:
                 line = new[1]
             decreased.append(f"{name} {count(old[0])} → {count(new[0])}")
-    if decreased:
-        if restarted or not known:
-            why = (
-                "new _created"
-                if restarted
-                else "no _created sample to confirm it; a counter goes back only when its"
-                " process restarts"
-            )
-            findings.append(
-                Finding(
-                    s1.path,
-                    line,
-                    NOTE,
-                    "counter reset",
-                    f"{where}: counters reset ({why}): {'; '.join(decreased)}",
-                )
-            )
-            return findings
-        findings.append(
-            Finding(
-                s1.path,
-                line,
-                VIOLATION,
-                "monotone",
-                f"{where}: a counter decreased while its _created stayed the same (no restart):"
-                f" {'; '.join(decreased)}",
-            )
+    if not decreased:
+        return None
+    if restarted or not known:
+        why = (
+            "new _created"
+            if restarted
+            else "no _created sample to confirm it; a counter goes back only when its"
+            " process restarts"
         )
-        return findings
+        return Finding(
+            s1.path,
+            line,
+            NOTE,
+            "counter reset",
+            f"{where}: counters reset ({why}): {'; '.join(decreased)}",
+        )
+    return Finding(
+        s1.path,
+        line,
+        VIOLATION,
+        "monotone",
+        f"{where}: a counter decreased while its _created stayed the same (no restart):"
+        f" {'; '.join(decreased)}",
+    )
+
+
+def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[Finding]:
+    """The counter invariants over the deltas from ``a`` to ``b``: a violation per broken one,
+    else one ok with the interval's growth."""
     d0, t0, a0 = _values(a)
     d1, t1, a1 = _values(b)
     p0, p1 = a.positions(), b.positions()
@@ -471,22 +480,21 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
     delta_pos = [y - x for x, y in zip(p0, p1, strict=True)]
     results = _invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos)
     bad = [(c, why) for c, why in results if why is not None]
-    for check, why in bad:
-        findings.append(
+    if bad:
+        return [
             Finding(s1.path, b.line(), VIOLATION, f"interval {check}", f"{where}: {why}")
+            for check, why in bad
+        ]
+    return [
+        Finding(
+            s1.path,
+            b.line(),
+            OK,
+            "monotone and interval invariants",
+            f"{where}: +{count(d1 - d0)} drafts, +{count(t1 - t0)} drafted,"
+            f" +{count(a1 - a0)} accepted",
         )
-    if not bad:
-        findings.append(
-            Finding(
-                s1.path,
-                b.line(),
-                OK,
-                "monotone and interval invariants",
-                f"{where}: +{count(d1 - d0)} drafts, +{count(t1 - t0)} drafted,"
-                f" +{count(a1 - a0)} accepted",
-            )
-        )
-    return findings
+    ]
 
 
 def check_files(paths: list[str]) -> list[Finding]:
