@@ -5,6 +5,7 @@ The work is in `spectally.engine_bridge.llamacpp.importer`; this module is the c
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -56,10 +57,20 @@ def llamacpp_cmd(
     after the run become its totals (scrape them with the server idle, and let the log cover
     exactly the requests between them: /metrics moves only when a request stops); recurrent
     targets' restore-and-replay pairs count once."""
-    from spectally.engine_bridge.llamacpp.importer import import_log, write
+    from spectally.engine_bridge.llamacpp.importer import import_log
+    from spectally.engine_bridge.steplog.outputs import check_outputs, write_output
     from spectally.engine_bridge.steplog.source import BadInput
 
     try:
+        check_outputs(
+            [("--out", out)],
+            [
+                ("SERVER_LOG", server_log),
+                ("--metrics-before", metrics_before),
+                ("--metrics-after", metrics_after),
+                ("--responses", responses),
+            ],
+        )
         result = import_log(
             server_log,
             metrics_before=metrics_before,
@@ -72,7 +83,12 @@ def llamacpp_cmd(
     except BadInput as exc:
         click.echo(str(exc), err=True)
         sys.exit(ExitCode.BAD_INPUT)
-    write(result.records, out)
+    text = "".join(json.dumps(rec, separators=(",", ":")) + "\n" for rec in result.records)
+    try:
+        write_output(out, text)
+    except BadInput as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(ExitCode.BAD_INPUT)
     steps = sum(1 for r in result.records if r["record"] == "request_step")
     click.echo(
         f"{out}: {len(result.records)} records, {steps} verification steps"
