@@ -27,10 +27,18 @@ from typing import Any
 import click
 from spectally.exit_codes import ExitCode
 from spectally.reference.arith import INT_ARITH
-from spectally.reference.profile import PROFILES, CountingProfile, GrammarKeep, releases_of
+from spectally.reference.profile import (
+    OLDEST_COUNTS_AS,
+    PROFILES,
+    RELEASES,
+    CountingProfile,
+    GrammarKeep,
+    releases_of,
+)
 from spectally.reference.step import Mode, StepInputs, grammar_keeps, legacy_step, rfc_step
 
 from .steplog.records import BadInput, Record, parse_line
+from .steplog.limits import version_error
 from .steplog.source import iter_lines
 from .steplog.translate import Header, counting_profile, profile_for
 
@@ -103,6 +111,48 @@ def block_inputs(
         applied=applied,
         legacy_reported=applied,
     )
+
+
+def log_engine(path: str) -> str:
+    """The engine the log's header names (`BadInput` for a log without a readable header)."""
+    for lineno, line, has_newline in iter_lines(path):
+        if not line.strip():
+            continue
+        rec = parse_line(path, lineno, line, has_newline)
+        if rec["record"] != "header":
+            break
+        return str(rec["engine"])
+    raise BadInput(path, 1, 1, "no header record: not a step log")
+
+
+def resolve_targets(path: str, versions: tuple[str, ...] | list[str]) -> list[str]:
+    """The counting profiles of ``--to`` ``versions``, read as releases of the log's own
+    engine (a llama.cpp log's ``--to 0.5.0`` is llama.cpp 0.5.0, never vLLM 0.5.0). `BadInput`
+    (exit 2) naming the reason for a version too long to be one, or without a profile: what
+    ``--to`` accepts for this engine, and ``--force-profile`` for replaying such a log."""
+    if not versions:
+        return []
+    engine = log_engine(path)
+    accepted = [prefix for e, prefix, _ in RELEASES if e == engine]
+    older = OLDEST_COUNTS_AS.get(engine)
+    takes = ", ".join(f"{p}.x" for p in accepted) + (
+        f" (and any release before {older[0]})" if older else ""
+    )
+    out: list[str] = []
+    for version in versions:
+        why = version_error("--to", version)
+        if why is None and profile_for(engine, version) is None:
+            why = (
+                f"--to {version!r}: no counting profile for {engine} {version} (no such"
+                f" {engine} release is declared, reference/profile.py RELEASES); for this"
+                f" {engine} log --to takes {takes or 'no release'}. A log of an undeclared"
+                " release replays only with spectally replay --force-profile PROFILE"
+                f" ({', '.join(n for n, p in PROFILES.items() if p.engine == engine)})"
+            )
+        if why is not None:
+            raise BadInput(path, 1, 1, why)
+        out.append(str(profile_for(engine, version)))
+    return out
 
 
 def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
@@ -238,17 +288,8 @@ def render(d: dict[str, Any]) -> str:
 def version_diff(log: str, to: tuple[str, ...], as_json: bool) -> None:
     """Show what a log's engine counters (vLLM, llama.cpp) would read under another release's
     counting (what a dashboard does on upgrade), beside the RFC's counters."""
-    targets: list[str] = []
-    for version in to:
-        name = profile_for("vllm", version)
-        if name is None:
-            raise click.BadParameter(
-                f"no counting profile for vllm {version}; the profiles are {', '.join(PROFILES)}",
-                param_hint="--to",
-            )
-        targets.append(name)
     try:
-        d = diff(log, targets or None)
+        d = diff(log, resolve_targets(log, to) or None)
     except BadInput as exc:
         click.echo(str(exc), err=True)
         raise SystemExit(int(ExitCode.BAD_INPUT)) from None
