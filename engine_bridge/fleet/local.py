@@ -163,6 +163,8 @@ def _pooled(
                 i = futures[fut]
                 try:
                     yield i, fut.result()
+                except ModuleNotFoundError:  # an extra not installed: the command names it
+                    raise
                 except Exception as exc:  # the worker process died (killed, out of memory)
                     yield i, internal_error(paths[i], exc)
     except BaseException:  # Ctrl-C, or the consumer stopped early: leave no worker behind
