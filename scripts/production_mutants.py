@@ -10,8 +10,9 @@ tests/fleet/test_fleet_hostile.py).
 Each mutant rewrites its module in place, runs the tests and puts the file back (also on
 Ctrl-C), so run it on a clean checkout (it refuses modified modules). Prints one line a
 mutant: CAUGHT (the tests failed) or MISSED; exits 1 if any is missed. A mutant that would
-make a command hang (lint's alias bound, RE2 swapped for Python's re on ``(.|.)*X``, the
-spool without its line limit) is left out: its test would wait for its own timeout.
+make a command hang or fill a disk (lint's alias bound, RE2 swapped for Python's re on
+``(.|.)*X``, the spool without its line limit or its control-byte stop, tried on
+``/dev/urandom``) is tried on a finite input instead, or left out.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ MUTANTS = [
      "    except ModuleNotFoundError:  # an optional dependency not installed: the command names"
      " it\n        raise\n", "", f"{HOSTILE} -k missing_extra"),
     (SOURCE, "control bytes spooled", "            if bad is not None:", "            if False:",
-     f"{HOSTILE} -k endless_device"),
+     f"{HOSTILE} -k control_byte"),
+    (SOURCE, "a control byte's column off",
+     "                col = (run if nl == 0 else 0) + at - start + 1",
+     "                col = at - start + 1", f"{HOSTILE} -k control_byte"),
     (REFERENCE, "a second totals record not checked",
      "            for line, rec in (self.totals_record, *self.more_totals):",
      "            for line, rec in (self.totals_record,):", f"{HOSTILE} -k second_totals"),

@@ -326,6 +326,20 @@ def test_replay_of_a_pipe_that_never_ends_a_line() -> None:
     assert proc.stderr.startswith("-:1:1048577: line longer than the limit"), proc.stderr
 
 
+def test_copy_checked_stops_at_a_control_byte(tmp_path: Path) -> None:
+    """The spool's stop, on a finite input: the control byte's line and column, across a chunk
+    boundary too (the column counts the line's bytes in the chunk before)."""
+    from spectally.engine_bridge.steplog.source import copy_checked
+
+    path = tmp_path / "stream"
+    path.write_bytes(b'{"a":1}\n{"b":2}\n' + b"x" * ((1 << 20) - 16 + 5) + b"\x07rest\n")
+    with pytest.raises(BadInput) as caught, (tmp_path / "spool").open("wb") as out:
+        copy_checked(str(path), out)
+    column = (1 << 20) - 16 + 5 + 1  # the line's bytes in the first chunk, 5 more, the byte
+    assert (caught.value.line, caught.value.column) == (3, column), str(caught.value)
+    assert "control byte 0x07" in caught.value.reason
+
+
 def test_replay_of_gzip_on_stdin_still_agrees(log: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "spectally.cli", "replay", "-"],
@@ -403,7 +417,8 @@ def test_a_missing_extra_is_named(
 
 
 @pytest.mark.parametrize(
-    "window", ["0s", "-5m", "1y2", "5m])) or vector(1) #", "", "5m5m", "1m1h", "9" * 30 + "y"]
+    "window",
+    ["0s", "-5m", "1y2", "5m])) or vector(1) #", "", "5m5m", "1m1h", "2w1w", "9" * 30 + "y"],
 )
 def test_rules_window_outside_the_duration_grammar_is_exit_2(tmp_path: Path, window: str) -> None:
     result = run("rules", "--out", tmp_path / "r", "--window", window)
