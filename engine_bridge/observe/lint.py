@@ -160,11 +160,9 @@ def _yaml_prescan(path: str, text: str) -> None:
                 depth += 1
                 if depth > MAX_YAML_DEPTH:
                     mark = event.start_mark
+                    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
                     raise BadInput(
-                        path,
-                        mark.line + 1,
-                        mark.column + 1,
-                        f"YAML nested deeper than the limit {MAX_YAML_DEPTH}",
+                        path, line, col, f"YAML nested deeper than the limit {MAX_YAML_DEPTH}"
                     )
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
