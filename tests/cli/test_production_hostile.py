@@ -40,6 +40,17 @@ def assert_bad(result: Result, *words: str) -> str:
     return lines[0]
 
 
+def command_after(setup: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """The real command in a fresh interpreter, after ``setup`` (Python) has run there."""
+    code = (
+        f"import sys\n{setup}from spectally.cli import main\n"
+        f"sys.argv = ['spectally', *{args!r}]\nmain()\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
 @pytest.fixture
 def log(tmp_path: Path) -> Path:
     path = tmp_path / "log.ndjson"
@@ -171,16 +182,11 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path: Path) -> None:
     is exit 2, and the target keeps its old bytes: nothing truncated, no temporary left."""
     target = tmp_path / "dash.json"
     target.write_text("old dashboard\n")
-    code = (
-        "import resource, signal, sys\n"
+    proc = command_after(
+        "import resource, signal\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
-        "from spectally.cli import main\n"
-        f"sys.argv = ['spectally', 'dashboard', '--out', {str(target)!r}]\n"
-        "main()\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n",
+        ["dashboard", "--out", str(target)],
     )
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr
     assert str(target) in proc.stderr and "cannot write" in proc.stderr, proc.stderr
@@ -393,20 +399,14 @@ def test_a_missing_extra_is_named(
         )
         for a in args
     ]
-    code = (
-        "import sys\n"
+    proc = command_after(
         "class Missing:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         f"        if name.split('.')[0] == {module!r}:\n"
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, Missing())\n"
-        f"sys.modules.pop({module!r}, None)\n"
-        "from spectally.cli import main\n"
-        f"sys.argv = ['spectally', *{filled!r}]\n"
-        "main()\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+        f"sys.modules.pop({module!r}, None)\n",
+        filled,
     )
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr
     assert f"spectally[{extra}]" in proc.stderr, proc.stderr
