@@ -63,6 +63,16 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare two engines' acceptance figures in the RFC's terms",
         "bridge",
     ),
+    "conform": (
+        "spectally.commands.conform:conform",
+        "run an implementation of the core, in any language, against the core vectors",
+        "bridge",
+    ),
+    "explain": (
+        "spectally.explain:explain_cmd",
+        "say what a file is and what can be checked from it",
+        "bridge",
+    ),
     "version-diff": (
         "spectally.engine_bridge.version_diff:version_diff",
         "a log's vLLM counters under each release's counting",
@@ -71,7 +81,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 # Subcommands of a lazy group kept in modules of their own: group -> (module:attribute, ...).
 LAZY_SUBCOMMANDS: dict[str, tuple[str, ...]] = {
-    "import": ("spectally.import_llamacpp:llamacpp_cmd",),
+    "import": (
+        "spectally.import_llamacpp:llamacpp_cmd",
+        "spectally.import_engines:sglang_cmd",
+        "spectally.import_engines:trtllm_cmd",
+    ),
 }
 
 

@@ -10,13 +10,18 @@ import click
 from spectally.exit_codes import ExitCode
 
 SCHEME_NAMES = ("vllm", "rfc", "backport")
+# The other exporter families' schemes (engine_bridge/observe/families.py), written on request.
+FAMILY_SCHEME_NAMES = ("ray-vllm", "ray-rfc", "llamacpp", "lmdeploy")
 _schemes = click.option(
     "--scheme",
     "schemes",
-    type=click.Choice(SCHEME_NAMES),
+    type=click.Choice(SCHEME_NAMES + FAMILY_SCHEME_NAMES),
     multiple=True,
-    help="counter names to write rules for (repeatable; default: all): vllm (0.32-0.34 as"
-    " released), rfc (SPEC REP-1), backport (spectally:* of the backport)",
+    help="counter names to write rules for (repeatable; default: vllm, rfc and backport): vllm"
+    " (0.32-0.34 as released), rfc (SPEC REP-1), backport (spectally:* of the backport),"
+    " ray-vllm / ray-rfc (the same served through Ray Serve: ray_vllm_*), llamacpp"
+    " (llamacpp:spec_decode_*), lmdeploy (drafted is the configured k x steps: no acceptance"
+    " rate is written)",
 )
 
 
@@ -57,6 +62,10 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
 
     if logs and window != "5m":
         raise click.UsageError("--tests-from checks the 5m rules: leave --window at 5m")
+    if logs and set(schemes) - set(SCHEME_NAMES):
+        raise click.UsageError(
+            "--tests-from replays vLLM step logs into the vllm, rfc and backport schemes only"
+        )
     why = gen.window_error(window)
     if why is not None:
         raise click.BadParameter(why, param_hint="--window")
@@ -144,7 +153,12 @@ def _write(path: str, text: str) -> None:
     show_default=True,
     help="whose RFC counters the rfc side reads: the backport's spectally:* or REP-1's names",
 )
-def dashboard(out_file: str, rfc: str) -> None:
+@click.option(
+    "--ray",
+    is_flag=True,
+    help="vLLM served through Ray Serve: read vLLM's names as ray_vllm_*",
+)
+def dashboard(out_file: str, rfc: str, ray: bool) -> None:
     """Write a Grafana dashboard: acceptance rate and length legacy vs rfc, per position,
     drafted / verified / accepted rates."""
     from spectally.engine_bridge.observe import dashboard as gen
@@ -155,7 +169,7 @@ def dashboard(out_file: str, rfc: str) -> None:
         check_outputs([("--out", out_file)], [])
     except BadInput as exc:
         _bad_input(str(exc))
-    text = gen.render(rfc)
+    text = gen.render(rfc, ray)
     if out_file == "-":
         click.echo(text, nl=False)
         return

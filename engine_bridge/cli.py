@@ -273,8 +273,9 @@ _quiet = click.option("--quiet", "-q", is_flag=True, help="print only notes and 
 @_json
 @_quiet
 def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
-    """Check Prometheus text scrapes (one or many, in time order) of vllm:spec_decode_*:
-    counter invariants per engine label set and monotonicity across scrapes."""
+    """Check Prometheus text scrapes (one or many, in time order) of vllm:spec_decode_* (through
+    Ray Serve: ray_vllm_spec_decode_*): counter invariants per label set, monotonicity across
+    scrapes."""
     from .importers import prometheus
 
     _run_import(lambda: prometheus.check_files(list(files)), as_json, quiet)
@@ -291,8 +292,9 @@ def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
 @_json
 @_quiet
 def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: bool) -> None:
-    """Check the periodic 'SpecDecoding metrics:' log lines for internal consistency (mean
-    length vs per-position rates, rate vs Accepted/Drafted), rounding tolerated and explained."""
+    """Check vLLM's periodic spec-decode log lines, every layout from V0 to 0.34
+    (docs/log-layouts.md), for internal consistency, rounding tolerated and explained; each line
+    names its layout."""
     from .importers import logs
 
     _run_import(lambda: logs.check_files(list(files), metrics), as_json, quiet)

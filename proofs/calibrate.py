@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 from .mutants import MUTANTS, decisive, markdown_table, patched
 from .obligations import DEFAULT_RLIMIT, Budget
-from .properties import all_properties
-from .runner import PropertyResult, run_all
+from .runner import PropertyResult, every_property, run_all
 
 
 @dataclass
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for m in [] if args.no_mutants else MUTANTS:
         t = time.perf_counter()
         with patched(m):
-            results = run_all(all_properties(), budget)
+            results = run_all(every_property(), budget)
         usage.add(m.name, results)
         table[m.name] = [f"{r.name} ({r.mode})" for r in results if decisive(r)]
         _, mine = usage.largest(m.name)

@@ -20,14 +20,14 @@ from typing import Any
 
 from spectally.reference import counters as ct
 from spectally.reference import metrics as mt
+from spectally.reference import shapes as sh
 from spectally.reference import step as st
 from spectally.reference import transitions as tr
 from spectally.reference.arith import Arith
 from spectally.reference.step import Mode, StepInputs
 
 from .obligations import DEFAULT_BUDGET, Budget
-from .properties import all_properties
-from .runner import PropertyResult, run_property
+from .runner import PropertyResult, every_property, run_property
 
 Factory = Callable[[Any], Callable[..., Any]]  # original function -> replacement
 
@@ -298,6 +298,194 @@ def _undefined_rate_as_zero(orig: Any) -> Callable[..., Any]:
     return acceptance_rate
 
 
+# -- drafter shapes (reference/shapes.py; caught by proofs/shapes.py) --------------------------
+
+
+def _filler_not_drafted(orig: Any) -> Callable[..., Any]:
+    """chain_step: filler slots are left out of drafted (they still enter the forward pass)."""
+
+    def chain_step(s: sh.ChainStep[Any], ar: Arith[Any, Any]) -> Any:
+        c = orig(s, ar)
+        return replace(c, drafted=ar.sub(c.drafted, s.filler))
+
+    return chain_step
+
+
+def _zero_draft_step_is_spec_step(orig: Any) -> Callable[..., Any]:
+    """chain_step: a step with K_t = 0 still counts a spec step."""
+
+    def chain_step(s: sh.ChainStep[Any], ar: Arith[Any, Any]) -> Any:
+        return replace(orig(s, ar), spec_steps=ar.lit(1))
+
+    return chain_step
+
+
+def _zero_draft_step_invisible(orig: Any) -> Callable[..., Any]:
+    """chain_step: a step with K_t = 0 leaves no trace (vLLM's dynamic schedule today)."""
+
+    def chain_step(s: sh.ChainStep[Any], ar: Arith[Any, Any]) -> Any:
+        return replace(orig(s, ar), zero_draft_steps=ar.lit(0))
+
+    return chain_step
+
+
+def _position_past_draft_length(orig: Any) -> Callable[..., Any]:
+    """chain_position: drafted_p counts position K_t too (off by one)."""
+
+    def chain_position(s: sh.ChainStep[Any], position: Any, ar: Arith[Any, Any]) -> Any:
+        _, v, a = orig(s, position, ar)
+        return ar.ite(ar.le(position, s.proposed), ar.lit(1), ar.lit(0)), v, a
+
+    return chain_position
+
+
+def _tree_accepts_verified_nodes(orig: Any) -> Callable[..., Any]:
+    """tree_add_layer: accepted counts every verified node, not the accepted path."""
+
+    def tree_add_layer(w: Any, layer: Any, ar: Arith[Any, Any]) -> Any:
+        return replace(orig(w, layer, ar), accepted=ar.add(w.accepted, layer.verified))
+
+    return tree_add_layer
+
+
+def _tree_drafted_is_verified(orig: Any) -> Callable[..., Any]:
+    """tree_add_layer: drafted counts the nodes verified, not the nodes proposed."""
+
+    def tree_add_layer(w: Any, layer: Any, ar: Arith[Any, Any]) -> Any:
+        return replace(orig(w, layer, ar), drafted=ar.add(w.drafted, layer.verified))
+
+    return tree_add_layer
+
+
+def _tree_path_may_skip(orig: Any) -> Callable[..., Any]:
+    """layer_admissibility: forgets that the accepted path cannot skip a depth."""
+
+    def layer_admissibility(w: Any, layer: Any, ar: Arith[Any, Any]) -> Any:
+        return [r for r in orig(w, layer, ar) if "skip" not in r[1]]
+
+    return layer_admissibility
+
+
+def _depth_accepted_from_verified(orig: Any) -> Callable[..., Any]:
+    """depth_counts: accepted_d is 1 when a node at depth d was verified."""
+
+    def depth_counts(layer: Any, ar: Arith[Any, Any]) -> Any:
+        d, v, _ = orig(layer, ar)
+        return d, v, ar.ite(ar.lt(ar.lit(0), layer.verified), ar.lit(1), ar.lit(0))
+
+    return depth_counts
+
+
+def _chain_layer_all_verified(orig: Any) -> Callable[..., Any]:
+    """chain_layer: every node of a chain read as a tree is verified."""
+
+    def chain_layer(s: Any, depth: Any, ar: Arith[Any, Any]) -> Any:
+        return replace(orig(s, depth, ar), verified=ar.lit(1))
+
+    return chain_layer
+
+
+def _request_keeps_first_sequence(orig: Any) -> Callable[..., Any]:
+    """request_totals: a request with n > 1 reports its first sequence only."""
+
+    def request_totals(streams: Any, ar: Arith[Any, Any]) -> Any:
+        return streams[0] if streams else sh.shape_zero(ar)
+
+    return request_totals
+
+
+def _merge_drops_zero_draft_steps(orig: Any) -> Callable[..., Any]:
+    """shape_merge: keeps the left zero_draft_steps and drops the right one."""
+
+    def shape_merge(a: Any, b: Any, ar: Arith[Any, Any]) -> Any:
+        return replace(orig(a, b, ar), zero_draft_steps=a.zero_draft_steps)
+
+    return shape_merge
+
+
+def _unverified_from_accepted(orig: Any) -> Callable[..., Any]:
+    """three_fates: unverified = drafted - accepted (rejected drafts counted twice)."""
+
+    def three_fates(t: Any, ar: Arith[Any, Any]) -> Any:
+        return replace(orig(t, ar), unverified=ar.sub(t.drafted, t.accepted))
+
+    return three_fates
+
+
+SHAPE_MUTANTS: tuple[Mutant, ...] = tuple(
+    Mutant(name, bug, ((sh, attr, factory),), first="shape")
+    for name, bug, attr, factory in (
+        ("filler-not-drafted", "fillers left out of drafted", "chain_step", _filler_not_drafted),
+        (
+            "zero-draft-step-is-spec-step",
+            "a K_t = 0 step counts a spec step",
+            "chain_step",
+            _zero_draft_step_is_spec_step,
+        ),
+        (
+            "zero-draft-step-invisible",
+            "a K_t = 0 step leaves no trace",
+            "chain_step",
+            _zero_draft_step_invisible,
+        ),
+        (
+            "position-past-draft-length",
+            "per-position drafted counts position K_t",
+            "chain_position",
+            _position_past_draft_length,
+        ),
+        (
+            "tree-accepts-verified-nodes",
+            "tree accepted counts verified nodes",
+            "tree_add_layer",
+            _tree_accepts_verified_nodes,
+        ),
+        (
+            "tree-drafted-is-verified",
+            "tree drafted counts verified nodes",
+            "tree_add_layer",
+            _tree_drafted_is_verified,
+        ),
+        (
+            "tree-path-may-skip",
+            "the accepted path may skip a depth",
+            "layer_admissibility",
+            _tree_path_may_skip,
+        ),
+        (
+            "depth-accepted-from-verified",
+            "accepted_d counts a verified depth",
+            "depth_counts",
+            _depth_accepted_from_verified,
+        ),
+        (
+            "chain-layer-all-verified",
+            "a chain read as a tree verifies every node",
+            "chain_layer",
+            _chain_layer_all_verified,
+        ),
+        (
+            "request-keeps-first-sequence",
+            "an n > 1 request reports its first sequence",
+            "request_totals",
+            _request_keeps_first_sequence,
+        ),
+        (
+            "merge-drops-zero-draft-steps",
+            "shape_merge drops the right zero_draft_steps",
+            "shape_merge",
+            _merge_drops_zero_draft_steps,
+        ),
+        (
+            "unverified-from-accepted",
+            "unverified fate = drafted - accepted",
+            "three_fates",
+            _unverified_from_accepted,
+        ),
+    )
+)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "sync-verifies-grammar-invalid",
@@ -417,6 +605,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "legacy profile counts a step with no scheduled slot",
         ((st, "legacy_step", _legacy_counts_empty_steps),),
     ),
+    *SHAPE_MUTANTS,
 )
 
 
@@ -432,7 +621,7 @@ def catch(
     """Run the property suite under ``mutant``; return the properties that catch it (settled
     the other way than expected). With ``stop_at_first``, stop at the first one."""
     caught: list[PropertyResult] = []
-    props = all_properties()
+    props = every_property()
     if mutant.first:
         props.sort(key=lambda p: not p.name.startswith(mutant.first))
     with patched(mutant):

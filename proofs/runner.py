@@ -9,6 +9,7 @@ from typing import Any
 
 from .obligations import DEFAULT_BUDGET, Budget, Outcome, discharge, format_witness
 from .properties import Property, all_properties
+from .shapes import shape_properties
 
 
 @dataclass
@@ -126,16 +127,21 @@ def run_property(p: Property, budget: Budget = DEFAULT_BUDGET) -> PropertyResult
     return PropertyResult(p.name, p.profile, p.mode, p.expected, verdict, seconds, outcomes, note)
 
 
+def every_property() -> list[Property]:
+    """The chain properties and the drafter-shape ones (proofs/shapes.py), in that order."""
+    return all_properties() + shape_properties()
+
+
 def run_all(
     selection: Iterable[Property] | None = None, budget: Budget = DEFAULT_BUDGET
 ) -> list[PropertyResult]:
-    props = list(selection) if selection is not None else all_properties()
+    props = list(selection) if selection is not None else every_property()
     return [run_property(p, budget) for p in props]
 
 
 def select(names: Iterable[str] | None) -> list[Property]:
     """Properties whose name starts with one of ``names`` (all when None or empty)."""
-    props = all_properties()
+    props = every_property()
     wanted = [n for n in (names or []) if n]
     if not wanted:
         return props

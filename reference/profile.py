@@ -60,7 +60,9 @@ class SkipDrafts(str, enum.Enum):
     """When the engine skips drafting for a step (a proposal no step would verify)."""
 
     NEVER = "never"
-    V2_RUNNER_LOOKAHEAD = "V2 runner with a lookahead drafter"
+    # 0.33.0 adds skipping (`Scheduler.__init__`'s `can_skip_drafts`); 0.32.0, which counts the
+    # same way and so shares the vllm-legacy profile, never skips.
+    V2_RUNNER_LOOKAHEAD = "V2 runner with a lookahead drafter (0.33; never in 0.32)"
     LOOKAHEAD = "any lookahead drafter"
 
 
@@ -103,7 +105,7 @@ VLLM_LEGACY = CountingProfile(
             "v1/structured_output/__init__.py:StructuredOutputManager.validate_tokens",
         ),
         ("async grammar", "v1/core/sched/scheduler.py:Scheduler.update_draft_token_ids_in_output"),
-        ("skip drafts", "v1/core/sched/scheduler.py:Scheduler.__init__ (can_skip_drafts)"),
+        ("skip drafts", "v1/core/sched/scheduler.py:Scheduler.__init__ (can_skip_drafts, 0.33)"),
         *_VLLM_COUNTING,
     ),
 )

@@ -32,8 +32,14 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from spectally.reference import events as ev
+from spectally.reference import shapes as sh
 from spectally.reference.counters import Counters
-from spectally.reference.errors import IllegalEvent, InvariantViolation, SpectallyError
+from spectally.reference.errors import (
+    IllegalEvent,
+    InadmissibleStep,
+    InvariantViolation,
+    SpectallyError,
+)
 from spectally.reference.machine import Engine, EngineConfig, Outcome, step_counts
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.profile import PROFILES, VLLM_LEGACY, CountingProfile
@@ -41,6 +47,9 @@ from spectally.reference.step import Mode, StepQuery, token_fates
 from spectally.spec.surfaces import surfaces
 
 VECTORS_PATH = Path(__file__).with_name("vectors.json")
+# The drafter-shape vectors (trees, per-step draft length, fillers, n > 1, three fates): the same
+# format, kind "shape", each tagged with the conformance level it checks.
+SHAPES_PATH = Path(__file__).with_name("vectors-shapes.json")
 FORMAT = "spectally-conformance-vectors"
 VERSION = 1
 
@@ -350,10 +359,9 @@ def validate(doc: object) -> dict[str, Any]:
     seen: set[str] = set()
     for i, vec in enumerate(vectors):
         path = f"$.vectors[{i}]"
-        if not isinstance(vec, dict) or vec.get("kind") not in ("step", "trace"):
-            raise _fail(f"{path}.kind", "expected kind 'step' or 'trace'")
-        shape = ("input",) if vec["kind"] == "step" else ("config", "events")
-        _obj(vec, path, ("name", "kind", "title", "rule", *shape, "expect"), ("note",))
+        if not isinstance(vec, dict) or vec.get("kind") not in KINDS:
+            raise _fail(f"{path}.kind", "expected kind 'step', 'trace' or 'shape'")
+        _obj(vec, path, ("name", "kind", "title", "rule", *KINDS[vec["kind"]], "expect"), ("note",))
         name = vec["name"]
         if not isinstance(name, str) or not NAME.match(name):
             raise _fail(f"{path}.name", f"expected a kebab-case name, got {name!r}")
@@ -364,7 +372,7 @@ def validate(doc: object) -> dict[str, Any]:
         if not isinstance(vec["title"], str) or not vec["title"].strip():
             raise _fail(f"{path}.title", "expected a non-empty string")
         _rule_list(vec["rule"], f"{path}.rule")
-        (_check_step if vec["kind"] == "step" else _check_trace)(vec, path)
+        CHECKS[vec["kind"]](vec, path)
     return top
 
 
@@ -579,7 +587,7 @@ def run_trace(vec: dict[str, Any], tol: float) -> VectorResult:
 
 def run_vector(vec: dict[str, Any], tol: float = 1e-9) -> VectorResult:
     """Run one (validated) vector through the reference."""
-    return (run_step if vec["kind"] == "step" else run_trace)(vec, tol)
+    return RUNS[vec["kind"]](vec, tol)
 
 
 def run_all(doc: dict[str, Any] | None = None) -> list[VectorResult]:
@@ -596,3 +604,182 @@ def rules_pinned(doc: dict[str, Any]) -> dict[str, list[str]]:
         for rule in vec["rule"]:
             out.setdefault(rule, []).append(vec["name"])
     return out
+
+
+# -- drafter shapes (kind "shape") -----------------------------------------------------------
+# A shape vector lists ``streams`` (one per sampled sequence: a request with n > 1 has several),
+# each a list of steps, a step being ``{"chain": {proposed, filler, verified, accepted}}`` (K_t =
+# proposed, fillers included) or ``{"tree": [{proposed, verified, reached}, ...]}`` (one object
+# per depth). ``k_max`` bounds every chain step. ``expect`` holds the engine ``totals``, the
+# per-``requests`` and per-``streams`` counters (StreamCounters.to_dict), or the ``error``: the
+# stream and step no engine could produce and the rules it breaks. ``level`` is the conformance
+# level the vector checks: L1 drafted, accepted and steps; L2 adds verified; L3 adds
+# zero_draft_steps, the filler sub-count, the fates and the per-position and per-depth vectors.
+# A vector states only counters of its level, and at least one that needs it.
+
+LEVELS: dict[str, frozenset[str]] = {
+    "L1": frozenset({"drafted", "accepted", "spec_steps"}),
+    "L2": frozenset({"verified"}),
+    "L3": frozenset({"zero_draft_steps", "filler", "fates", "per_position", "per_depth"}),
+}
+SHAPE_COUNTERS = frozenset().union(*LEVELS.values())
+
+
+def level_counters(level: str) -> frozenset[str]:
+    """The counters a vector of ``level`` may state (its level's and every lower one's)."""
+    names = sorted(LEVELS)
+    return frozenset().union(*(LEVELS[n] for n in names[: names.index(level) + 1]))
+
+
+def _check_shape_counters(value: object, path: str, level: str) -> set[str]:
+    obj = _obj(value, path, (), SHAPE_COUNTERS)
+    beyond = sorted(obj.keys() - level_counters(level))
+    if beyond:
+        raise _fail(path, f"{', '.join(beyond)} need a higher level than {level}")
+    for key, val in obj.items():
+        if key == "fates":
+            _counts(val, f"{path}.fates", ("accepted", "rejected", "unverified"), required=False)
+        elif key in ("per_position", "per_depth"):
+            vecs = _obj(val, f"{path}.{key}", (), ("drafted", "verified", "accepted"))
+            for name, vec in vecs.items():
+                _vector_of_counts(vec, f"{path}.{key}.{name}")
+        else:
+            _count(val, f"{path}.{key}")
+    return set(obj)
+
+
+def _check_shape_step(value: object, path: str) -> None:
+    obj = _obj(value, path, (), ("chain", "tree"))
+    if len(obj) != 1:
+        raise _fail(path, "expected exactly one of 'chain' or 'tree'")
+    if "chain" in obj:
+        chain = ("proposed", "filler", "verified", "accepted")
+        _counts(obj["chain"], f"{path}.chain", chain)
+        return
+    layers = obj["tree"]
+    if not isinstance(layers, list):
+        raise _fail(f"{path}.tree", "expected a list of depths")
+    for d, layer in enumerate(layers):
+        lay = _obj(layer, f"{path}.tree[{d}]", ("proposed", "verified", "reached"))
+        _count(lay["proposed"], f"{path}.tree[{d}].proposed")
+        _count(lay["verified"], f"{path}.tree[{d}].verified")
+        if not isinstance(lay["reached"], bool):
+            raise _fail(f"{path}.tree[{d}].reached", "expected a boolean")
+
+
+def _check_shape(vec: dict[str, Any], path: str) -> None:
+    level = vec["level"]
+    if level not in LEVELS:
+        raise _fail(f"{path}.level", f"expected one of {sorted(LEVELS)}, got {level!r}")
+    _count(vec["k_max"], f"{path}.k_max")
+    streams = vec["streams"]
+    if not isinstance(streams, list) or not streams:
+        raise _fail(f"{path}.streams", "expected a non-empty list of streams")
+    for i, stream in enumerate(streams):
+        s = _obj(stream, f"{path}.streams[{i}]", ("request", "steps"))
+        if not isinstance(s["request"], str):
+            raise _fail(f"{path}.streams[{i}].request", "expected a request id")
+        if not isinstance(s["steps"], list):
+            raise _fail(f"{path}.streams[{i}].steps", "expected a list of steps")
+        for j, step in enumerate(s["steps"]):
+            _check_shape_step(step, f"{path}.streams[{i}].steps[{j}]")
+    exp = _obj(vec["expect"], f"{path}.expect", (), ("totals", "requests", "streams", "error"))
+    if "error" in exp:
+        _obj(exp, f"{path}.expect", ("error",))
+        err = _obj(exp["error"], f"{path}.expect.error", ("stream", "step", "violates"))
+        _count(err["stream"], f"{path}.expect.error.stream")
+        _count(err["step"], f"{path}.expect.error.step")
+        _rule_list(err["violates"], f"{path}.expect.error.violates")
+        return
+    if "totals" not in exp:
+        raise _fail(f"{path}.expect", "a shape vector must state its totals")
+    stated = _check_shape_counters(exp["totals"], f"{path}.expect.totals", level)
+    for group in ("requests", "streams"):
+        if group not in exp:
+            continue
+        items = exp[group]
+        if not isinstance(items, (dict, list)) or not items:
+            raise _fail(f"{path}.expect.{group}", "expected a non-empty object or list")
+        for key, val in items.items() if isinstance(items, dict) else enumerate(items):
+            stated |= _check_shape_counters(val, f"{path}.expect.{group}[{key!r}]", level)
+    if not stated & LEVELS[level]:
+        raise _fail(f"{path}.expect", f"states no counter of level {level}: tag it lower")
+
+
+def shape_step(obj: dict[str, Any]) -> sh.ChainStep[int] | list[sh.TreeLayer[int, bool]]:
+    """A shape vector's step as the reference's chain step or tree layers."""
+    if "chain" in obj:
+        return sh.ChainStep(**obj["chain"])
+    return [sh.TreeLayer(**layer) for layer in obj["tree"]]
+
+
+def run_shape(vec: dict[str, Any], tol: float) -> VectorResult:
+    result = VectorResult(vec["name"], "shape", list(vec["rule"]), vec["title"])
+    k_max = vec["k_max"]
+    chains_only = all("chain" in step for s in vec["streams"] for step in s["steps"])
+    streams: list[sh.StreamCounters] = []
+    requests: dict[str, sh.StreamCounters] = {}
+    actual: dict[str, Any] = {}
+    for i, stream in enumerate(vec["streams"]):
+        counters = sh.StreamCounters.zero(k_max)
+        for j, obj in enumerate(stream["steps"]):
+            step = shape_step(obj)
+            try:
+                if isinstance(step, sh.ChainStep):
+                    counters = sh.fold_chain(counters, step, k_max)
+                else:
+                    counters = sh.fold_tree(counters, step)
+            except InadmissibleStep as exc:
+                rules = sorted({r[1 : r.index("]")] for r in exc.reasons})
+                actual["error"] = {"stream": i, "step": j, "violates": rules}
+                break
+        if "error" in actual:
+            break
+        streams.append(counters)
+        rid = stream["request"]
+        requests[rid] = requests.get(rid, sh.StreamCounters.zero(k_max)).merge(counters)
+    if "error" not in actual:
+        totals = sh.StreamCounters.zero(k_max)
+        for counters in requests.values():
+            totals = totals.merge(counters)
+        for label, c in [("totals", totals), *requests.items()]:
+            broken = sh.shape_violations(c, k_max if chains_only else None)
+            if broken:
+                result.mismatches.append(f"{label}: reference broke {', '.join(broken)}")
+        actual = {
+            "totals": totals.to_dict(),
+            "requests": {rid: c.to_dict() for rid, c in requests.items()},
+            "streams": [c.to_dict() for c in streams],
+        }
+    result.actual = actual
+    expected = vec["expect"]
+    if "error" in expected:
+        exp_err = {**expected["error"], "violates": sorted(expected["error"]["violates"])}
+        compare(exp_err, actual.get("error"), "error", tol, result.mismatches)
+    elif "error" in actual:
+        err = actual["error"]
+        result.mismatches.append(
+            f"inadmissible at stream {err['stream']} step {err['step']}: {err['violates']}"
+        )
+    else:
+        compare(expected, actual, "", tol, result.mismatches)
+    return result
+
+
+def load_shapes() -> dict[str, Any]:
+    """The shipped drafter-shape vectors (`SHAPES_PATH`)."""
+    return load(SHAPES_PATH)
+
+
+def load_defaults() -> list[dict[str, Any]]:
+    """Every shipped vectors file: the step and trace vectors, then the shape vectors."""
+    return [load(), load_shapes()]
+
+
+KINDS: dict[str, tuple[str, ...]] = {
+    "step": ("input",),
+    "trace": ("config", "events"),
+    "shape": ("level", "k_max", "streams"),
+}
+CHECKS = {"step": _check_step, "trace": _check_trace, "shape": _check_shape}
+RUNS = {"step": run_step, "trace": run_trace, "shape": run_shape}

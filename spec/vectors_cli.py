@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 from spectally.exit_codes import ExitCode
-from spectally.spec.vectors import VectorFormatError, load, run_vector
+from spectally.spec.vectors import VectorFormatError, load, load_defaults, run_vector
 
 
 @click.command()
@@ -17,19 +17,20 @@ from spectally.spec.vectors import VectorFormatError, load, run_vector
     "path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="vectors file (default: the spec's vectors.json)",
+    help="vectors file (default: the spec's vectors.json and vectors-shapes.json)",
 )
 @click.option("--json", "as_json", is_flag=True, help="print per-vector results as JSON")
 @click.option("-v", "--verbose", is_flag=True, help="also list the rules each vector pins")
 def vectors(path: Path | None, as_json: bool, verbose: bool) -> None:
     """Check the reference against every conformance vector; exit 1 on any mismatch."""
     try:
-        doc = load(path)
+        docs = [load(path)] if path is not None else load_defaults()
     except VectorFormatError as exc:
         click.echo(f"spectally vectors: malformed vectors file: {exc}", err=True)
         sys.exit(ExitCode.BAD_INPUT)
-    tol = float(doc["float_tolerance"])
-    results = [run_vector(vec, tol) for vec in doc["vectors"]]
+    results = [
+        run_vector(vec, float(doc["float_tolerance"])) for doc in docs for vec in doc["vectors"]
+    ]
     failed = [r for r in results if not r.ok]
     if as_json:
         payload = {

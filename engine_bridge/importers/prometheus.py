@@ -5,6 +5,13 @@ vLLM 0.32 exports, per ``engine`` and ``model_name`` label set, the counters
 ``vllm:spec_decode_num_accepted_tokens_total`` and
 ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` (extra label ``position``, 0..k-1).
 
+Served through Ray Serve, vLLM's metrics go through ``ray.util.metrics`` with every character
+outside ``[a-zA-Z0-9_]`` replaced by ``_`` (vllm/v1/metrics/ray_wrappers.py,
+``_get_sanitized_opentelemetry_name``) and Ray's exporter prefixes ``ray_``, so
+``vllm:spec_decode_num_drafts_total`` is scraped as ``ray_vllm_spec_decode_num_drafts_total``
+(Ray releases that keep the colon: ``ray_vllm:spec_decode_...``), with a ``ReplicaId`` label per
+replica. Both spellings are read as the vLLM names; each replica is its own label set.
+
 A file holds one or many scrapes; a scrape starts again where a ``# HELP`` or ``# TYPE`` line
 repeats a metric already seen in the current scrape (what concatenated ``curl /metrics`` output
 looks like). Samples are parsed with ``prometheus_client.parser.text_string_to_metric_families``
@@ -13,8 +20,12 @@ line by line, so each value keeps its line number.
 Checks, per scrape and label set (the granularity these counters have): accepted <= drafted,
 Σ per-position accepted == accepted, per-position non-increasing, per-position[0] <= num_drafts,
 accepted and drafted <= k · num_drafts; across consecutive scrapes: every counter is monotone
-(a decrease with a new ``_created`` timestamp is a restart, reported as a note) and the same
-invariants hold for the interval deltas.
+and the same invariants hold for the interval deltas. A counter goes back only when its process
+restarts: a decrease with a new ``_created`` timestamp, or with no ``_created`` sample to tell
+(Ray's exporter writes none), is a reset, reported as a note; a decrease while ``_created`` stays
+the same is a violation. A series its ``# TYPE`` line declares a gauge is a level, not a running
+total: it is neither required to be monotone nor differenced between scrapes, and the messages
+say which kind each series is. Counts print as exact integers.
 """
 
 from __future__ import annotations
@@ -30,6 +41,10 @@ from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding
 
 PREFIX = "vllm:spec_decode_"
+# the same names served through Ray Serve: sanitized to [a-zA-Z0-9_] and prefixed "ray_"
+# (older Ray releases keep the colon)
+RAY_PREFIXES = ("ray_vllm_spec_decode_", "ray_vllm:spec_decode_")
+PREFIXES = (PREFIX, *RAY_PREFIXES)
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -68,6 +83,13 @@ class Scrape:
     line: int
     index: int
     series: dict[Labels, Series] = field(default_factory=dict)
+    # the ``# TYPE`` of each family (vLLM's name), as declared so far in the file
+    types: dict[str, str] = field(default_factory=dict)
+
+    def kind(self, base: str) -> str:
+        """``counter`` or ``gauge``: as declared, else a counter (vLLM's spec-decode series
+        are counters, and an undeclared ``_total`` sample is one)."""
+        return "gauge" if self.types.get(base) == "gauge" else "counter"
 
 
 def _base(sample_name: str) -> tuple[str, str]:
@@ -86,6 +108,7 @@ def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
     for path in paths:
         current: Scrape | None = None
         seen_meta: set[tuple[str, str]] = set()
+        types: dict[str, str] = {}
         found = False
         for lineno, raw in iter_text_lines(path):
             line = raw.strip()
@@ -99,11 +122,13 @@ def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
                         current = None
                         seen_meta = set()
                     seen_meta.add(key)
+                    if parts[1] == "TYPE" and len(parts) == 4:
+                        types[canonical(parts[2])] = parts[3].strip()
                 continue
             if current is None:
-                current = Scrape(path, lineno, len(scrapes))
+                current = Scrape(path, lineno, len(scrapes), types=types)
                 scrapes.append(current)
-            if not line.startswith(PREFIX):
+            if not line.startswith(PREFIXES):
                 continue
             try:
                 families = list(text_string_to_metric_families(line + "\n"))
@@ -122,9 +147,17 @@ def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
                 1,
                 1,
                 f"no Prometheus {PREFIX}* samples found (is this a /metrics scrape of vLLM with"
-                " speculative decoding?)",
+                f" speculative decoding? Served through Ray: {RAY_PREFIXES[0]}*)",
             )
     return scrapes
+
+
+def canonical(name: str) -> str:
+    """vLLM's own name for a sample or family name, whichever spelling the scrape uses."""
+    for prefix in RAY_PREFIXES:
+        if name.startswith(prefix):
+            return PREFIX + name[len(prefix) :]
+    return name
 
 
 def _check_sample(
@@ -144,7 +177,7 @@ def _check_sample(
                 path,
                 lineno,
                 _value_column(raw),
-                f"{name} = {value:g} exceeds the limit 2**63 - 1 (docs/limits.md)",
+                f"{name} = {value!r} exceeds the limit 2**63 - 1 (docs/limits.md)",
             )
     position = labels.get("position")
     if (
@@ -162,6 +195,14 @@ def _check_sample(
         )
 
 
+def count(value: float) -> str:
+    """A sample value as an exact integer where it is one (a counter's count), else as read:
+    ``7.26864e+06`` next to ``6310245`` hides the gap."""
+    if math.isfinite(value) and value == int(value):
+        return str(int(value))
+    return repr(value)
+
+
 def _value_column(raw: str) -> int:
     """1-based column of a sample line's value: the first token after the labels (or name)."""
     at = raw.rfind("}") + 1 if "}" in raw else raw.find(" ")
@@ -172,7 +213,7 @@ def _value_column(raw: str) -> int:
 
 
 def _add_sample(scrape: Scrape, name: str, labels: dict[str, str], value: float, line: int) -> None:
-    base, suffix = _base(name)
+    base, suffix = _base(canonical(name))
     position = labels.pop("position", None)
     key: Labels = tuple(sorted(labels.items()))
     series = scrape.series.setdefault(key, Series(key))
@@ -213,7 +254,7 @@ def _invariants(
     out: list[tuple[str, str | None]] = [
         (
             "accepted<=drafted",
-            None if accepted <= tokens else f"accepted {accepted:g} > drafted {tokens:g}",
+            None if accepted <= tokens else f"accepted {count(accepted)} > drafted {count(tokens)}",
         )
     ]
     if per_pos:
@@ -221,7 +262,9 @@ def _invariants(
         out.append(
             (
                 "sum(per_pos)==accepted",
-                None if total == accepted else f"Σ per-position {total} != accepted {accepted:g}",
+                None
+                if total == accepted
+                else f"Σ per-position {total} != accepted {count(accepted)}",
             )
         )
         bad = [i for i in range(1, k) if per_pos[i] > per_pos[i - 1]]
@@ -239,7 +282,7 @@ def _invariants(
                 "per_pos[0]<=num_drafts",
                 None
                 if per_pos[0] <= drafts
-                else f"position 0 = {per_pos[0]} > num_drafts {drafts:g}",
+                else f"position 0 = {per_pos[0]} > num_drafts {count(drafts)}",
             )
         )
         out.append(
@@ -247,7 +290,7 @@ def _invariants(
                 "drafted<=k*num_drafts",
                 None
                 if tokens <= k * drafts
-                else f"drafted {tokens:g} > k={k} * num_drafts {drafts:g}",
+                else f"drafted {count(tokens)} > k={k} * num_drafts {count(drafts)}",
             )
         )
     return out
@@ -332,8 +375,8 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
                 series.line(),
                 OK,
                 "counter invariants",
-                f"{where}: {', '.join(held)} (drafts {drafts:g}, drafted {tokens:g},"
-                f" accepted {accepted:g}, per_pos {per_pos})",
+                f"{where}: {', '.join(held)} (drafts {count(drafts)}, drafted"
+                f" {count(tokens)}, accepted {count(accepted)}, per_pos {per_pos})",
             )
         )
     return findings
@@ -342,7 +385,22 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
 def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Finding]:
     where = f"scrapes {s0.index + 1}→{s1.index + 1} {b.name()}"
     findings: list[Finding] = []
-    restarted = any(b.created.get(n) != a.created.get(n) for n in b.created if n in a.created)
+    gauges = sorted({n for n in (*SCALARS, PER_POS) if s1.kind(n) == "gauge"})
+    if gauges:
+        # a gauge is a level: neither monotone nor differenced, and no interval is checked
+        findings.append(
+            Finding(
+                s1.path,
+                b.line(),
+                NOTE,
+                "gauge, not a counter",
+                f"{where}: {', '.join(gauges)} declared gauge (# TYPE): a level, not a running"
+                " total, so neither required to grow nor differenced between scrapes",
+            )
+        )
+        return findings
+    known = [n for n in b.created if n in a.created]
+    restarted = any(b.created[n] != a.created[n] for n in known)
     decreased: list[str] = []
     pairs = [(n, a.scalars.get(n), b.scalars.get(n)) for n in SCALARS]
     pairs += [(f"{PER_POS}[{i}]", a.per_pos.get(i), b.per_pos.get(i)) for i in b.per_pos]
@@ -353,16 +411,22 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
         if new[0] < old[0]:
             if not decreased:
                 line = new[1]
-            decreased.append(f"{name} {old[0]:g} → {new[0]:g}")
+            decreased.append(f"{name} {count(old[0])} → {count(new[0])}")
     if decreased:
-        if restarted:
+        if restarted or not known:
+            why = (
+                "new _created"
+                if restarted
+                else "no _created sample to confirm it; a counter goes back only when its"
+                " process restarts"
+            )
             findings.append(
                 Finding(
                     s1.path,
                     line,
                     NOTE,
                     "counter reset",
-                    f"{where}: counters restarted (new _created): {'; '.join(decreased)}",
+                    f"{where}: counters reset ({why}): {'; '.join(decreased)}",
                 )
             )
             return findings
@@ -372,7 +436,8 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
                 line,
                 VIOLATION,
                 "monotone",
-                f"{where}: a counter decreased: {'; '.join(decreased)}",
+                f"{where}: a counter decreased while its _created stayed the same (no restart):"
+                f" {'; '.join(decreased)}",
             )
         )
         return findings
@@ -396,7 +461,8 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
                 b.line(),
                 OK,
                 "monotone and interval invariants",
-                f"{where}: +{d1 - d0:g} drafts, +{t1 - t0:g} drafted, +{a1 - a0:g} accepted",
+                f"{where}: +{count(d1 - d0)} drafts, +{count(t1 - t0)} drafted,"
+                f" +{count(a1 - a0)} accepted",
             )
         )
     return findings

@@ -22,13 +22,15 @@ incomplete.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..steplog.limits import MAX_K
-from ..steplog.source import BadInput
-from . import promtext, serverlog
+from ..importers.findings import Finding
+from ..steplog.limits import MAX_K, version_error
+from ..steplog.source import BadInput, read_text
+from . import promtext, serverlog, summaries
 from .profile import ENGINE
 
 Record = dict[str, Any]
@@ -56,6 +58,7 @@ class Imported:
     divergences: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     replays: int = 0
+    findings: list[Finding] = field(default_factory=list)  # the summaries' own checks
 
     @property
     def exit_code(self) -> int:
@@ -214,13 +217,69 @@ class Importer:
         )
 
 
+NOT_LLAMACPP = (
+    "not a llama-server log: no 'slot ... | task ... |' line, no acceptance summary and no"
+    " 'statistics' line"
+)
+# Lines either reader looks at; the rest of a server log (prompts, loading) is skipped once.
+KEYWORDS = ("slot ", "version: ", "draft acceptance", "statistics", "acc per pos")
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
+
+
+def engine_version_error(value: str) -> str | None:
+    """Why a version string cannot name a llama.cpp build, None when it can."""
+    if not _VERSION.fullmatch(value):
+        return (
+            f"{value[:40]!r} is no version: 1 to 64 letters, digits and . + _ -, starting with"
+            " a letter or digit (e.g. 0.5.0-dev+0c1e570)"
+        )
+    return version_error("--engine-version", value)
+
+
+def relevant_lines(path: str) -> list[tuple[int, str]]:
+    """The numbered lines of a server log that either reader looks at."""
+    return [(no, t) for no, t in serverlog.read_lines(path) if any(w in t for w in KEYWORDS)]
+
+
+def _forward(
+    delta: promtext.SpecCounters,
+    before: promtext.SpecCounters,
+    after: promtext.SpecCounters | None,
+    path: str,
+) -> None:
+    """/metrics counters only grow while one server runs: a decrease is bad input."""
+    assert after is not None
+    for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        if getattr(delta, name) < 0:
+            raise BadInput(
+                path,
+                1,
+                1,
+                f"llamacpp:spec_decode_{name}_total went backwards ({getattr(before, name)} before,"
+                f" {getattr(after, name)} after): the server restarted between the scrapes, or"
+                " --metrics-before and --metrics-after are swapped",
+            )
+    if any(v < 0 for v in delta.per_pos):
+        raise BadInput(path, 1, 1, "a per-position counter went backwards between the scrapes")
+
+
+def _check_mean(imp: Importer, p: summaries.Summary) -> None:
+    """A summary's mean acceptance length against its task's verification lines: 1 + A/steps."""
+    task = imp.tasks.get(p.task)
+    if task is None or not task.steps or p.mean is None:
+        return
+    exact = 1 + task.accepted / task.steps
+    if abs(p.mean - exact) > summaries.MEAN_HALF_ULP + summaries.EPS:
+        imp.divergences.append(
+            f"{imp.path}:{p.line}: task {p.task}'s mean acceptance length {p.mean:.2f}; its"
+            f" {task.steps} verification lines give 1 + {task.accepted}/{task.steps} ="
+            f" {exact:.4f}"
+        )
+
+
 def read_responses(path: str) -> list[tuple[int, int]]:
     """(draft_n, draft_n_accepted) of every response that drafted (a JSON list or NDJSON)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(path, 1, 1, f"cannot read: {exc}") from None
+    text = read_text(path)  # plain, gzip or -, bounded lines, strict UTF-8
     items: list[tuple[int, Any]] = []
     try:
         whole = json.loads(text)
@@ -249,6 +308,25 @@ def read_responses(path: str) -> list[tuple[int, int]]:
     return out
 
 
+def check_summaries(log: str) -> list[Finding]:
+    """The findings of every acceptance summary and statistics line of a server log (no traces
+    needed); `BadInput` when the log has none."""
+    lines = relevant_lines(log)
+    parsed = list(summaries.parse(log, lines))
+    if not parsed:
+        seen = any(True for _ in serverlog.parse(log, lines))
+        raise BadInput(
+            log,
+            1,
+            1,
+            "no acceptance summary ('draft acceptance ...') and no 'statistics' line: nothing"
+            " to check (the server prints one per request that drafted)"
+            if seen
+            else NOT_LLAMACPP,
+        )
+    return summaries.check(parsed)
+
+
 def import_log(
     log: str,
     *,
@@ -260,17 +338,45 @@ def import_log(
     spec_method: str = "draft-simple",
 ) -> Imported:
     """Read ``log`` (and the optional scrapes and responses) into a step log's records."""
+    if engine_version is not None and (why := engine_version_error(engine_version)):
+        raise BadInput(log, 1, 1, f"--engine-version: {why}")
     after = promtext.read(metrics_after) if metrics_after else None
     before = promtext.read(metrics_before) if metrics_before else promtext.ZERO
+    lines = relevant_lines(log)
     imp = Importer(log, k, engine_version)
-    for ln in serverlog.parse(log):
+    seen = 0
+    for ln in serverlog.parse(log, lines):
+        seen += 1
         imp.feed(ln)
+    parsed = list(summaries.parse(log, lines))
+    if not seen and not parsed:
+        raise BadInput(log, 1, 1, NOT_LLAMACPP)
+    if imp.step == 0:
+        drafted = sum(p.drafted for p in parsed if isinstance(p, summaries.Summary))
+        if drafted:
+            raise BadInput(
+                log,
+                parsed[0].line,
+                1,
+                f"the log's summaries say {drafted} tokens were drafted but it has no"
+                f" verification line: {TRACE_HINT}; without --out, `spectally import llamacpp`"
+                " checks the summaries themselves",
+            )
+        raise BadInput(
+            log, 1, 1, "no verification line and no acceptance summary: nothing was drafted"
+        )
     if imp.version is None:
         raise BadInput(log, 1, 1, "no 'version:' line (llama-server --version): --engine-version")
+    for p in parsed:
+        if isinstance(p, summaries.Summary) and p.mean is not None:
+            _check_mean(imp, p)
     delta = after.minus(before) if after is not None else None
+    if delta is not None:
+        _forward(delta, before, after, metrics_after or "")
     if k is None:
         k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)
     result = Imported([], list(imp.divergences), replays=imp.replays)
+    result.findings = summaries.check(parsed)
     header: Record = {
         "record": "header",
         "schema_version": 1,
@@ -328,7 +434,35 @@ def _check_responses(result: Imported, imp: Importer, path: str) -> None:
         )
 
 
+def encode(records: list[Record]) -> list[bytes]:
+    return [json.dumps(rec, separators=(",", ":")).encode() for rec in records]
+
+
+def refused_by_replay(records: list[Record], out: str) -> str | None:
+    """What the replay would refuse in these records (its bad-input reason), None if nothing:
+    the step log is replayed in memory before it is written."""
+    from ..replay import replay_file
+
+    lines = [(i, b, True) for i, b in enumerate(encode(records), start=1)]
+    result = replay_file(out, lines=lines, reference=True)
+    if result.bad_input is not None:
+        return str(result.bad_input)
+    return None
+
+
 def write(records: list[Record], out: str) -> None:
-    with open(out, "w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    """Write the step log whole: into a temporary file beside ``out``, renamed into place only
+    when complete (a failure leaves no partial step log)."""
+    import os
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(out))
+    fd, tmp = tempfile.mkstemp(prefix=".spectally-", suffix=".ndjson", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for line in encode(records):
+                f.write(line + b"\n")
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise

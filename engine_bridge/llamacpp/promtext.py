@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..steplog.limits import MAX_INT, MAX_K
-from ..steplog.source import BadInput
+from ..steplog.source import BadInput, read_text
 
 PREFIX = "llamacpp:spec_decode_"
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
@@ -58,11 +58,7 @@ def read(path: str) -> SpecCounters:
     """The speculative counters of one /metrics scrape (exit 2 naming file:line if bad)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(path, 1, 1, f"cannot read: {exc}") from None
+    text = read_text(path)  # plain, gzip or -, bounded lines, strict UTF-8
     values: dict[str, float] = {}
     per_pos: dict[int, float] = {}
     try:

@@ -25,11 +25,12 @@ parse is bad input, named ``file:line``.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..steplog.limits import MAX_LINE_BYTES
-from ..steplog.source import BadInput
+from ..steplog.limits import MAX_LINE_BYTES, digits_too_long, version_error
+from ..steplog.source import BadInput, close_stream, gzip_error, open_binary
 
 SLOT = re.compile(r"slot\s+[^:|]*: id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \| (?P<msg>.*)$")
 ACCEPTED = re.compile(
@@ -60,25 +61,41 @@ class Line:
 
 
 def read_lines(path: str) -> Iterator[tuple[int, str]]:
-    """The file's lines (UTF-8, undecodable bytes replaced), numbered from 1; a line longer
-    than the readers' limit (docs/limits.md) is bad input, read no further than the limit."""
+    """The file's lines (plain, gzip or ``-``: the readers' shared opener; undecodable bytes
+    replaced, since a server log may print token pieces), numbered from 1; a line longer than
+    the readers' limit (docs/limits.md) is bad input, read no further than the limit."""
+    stream = open_binary(path)
     try:
-        with open(path, "rb") as f:
-            no = 0
-            while raw := f.readline(MAX_LINE_BYTES + 1):
-                no += 1
-                if len(raw) > MAX_LINE_BYTES:
-                    raise BadInput(path, no, 1, f"line longer than {MAX_LINE_BYTES} bytes")
-                yield no, raw.decode("utf-8", errors="replace").rstrip("\r\n")
-    except OSError as exc:
-        raise BadInput(path, 1, 1, f"cannot read: {exc.strerror or exc}") from None
+        no = 0
+        while True:
+            try:
+                raw = stream.readline(MAX_LINE_BYTES + 1)
+            except (EOFError, OSError, zlib.error) as exc:
+                raise BadInput(path, no + 1, 1, gzip_error(exc)) from None
+            if not raw:
+                return
+            no += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise BadInput(path, no, 1, f"line longer than {MAX_LINE_BYTES} bytes")
+            yield no, raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    finally:
+        close_stream(stream)
+
+
+def _count(path: str, no: int, col: int, text: str) -> int:
+    if digits_too_long(text):
+        raise BadInput(path, no, col, f"a count of {len(text)} digits: beyond the limit 2**63 - 1")
+    return int(text)
 
 
 def parse(path: str, lines: Iterable[tuple[int, str]] | None = None) -> Iterator[Line]:
     """The lines of a llama-server log that matter (see the module docstring)."""
     for no, text in read_lines(path) if lines is None else lines:
         if (v := VERSION.match(text)) is not None:
-            yield Line(no, "build", text=f"{v.group('v')}+{v.group('c')}")
+            version = f"{v.group('v')}+{v.group('c')}"
+            if (why := version_error("the version line", version)) is not None:
+                raise BadInput(path, no, v.start("v") + 1, why)
+            yield Line(no, "build", text=version)
             continue
         m = SLOT.search(text)
         if m is None:
@@ -86,9 +103,13 @@ def parse(path: str, lines: Iterable[tuple[int, str]] | None = None) -> Iterator
         msg = m.group("msg")
         if not msg.startswith(HINTS):
             continue
-        slot, task = int(m.group("slot")), int(m.group("task"))
+        col = m.start("msg") + 1
+        slot = _count(path, no, m.start("slot") + 1, m.group("slot"))
+        task = _count(path, no, m.start("task") + 1, m.group("task").lstrip("-"))
+        task = -task if m.group("task").startswith("-") else task
         if (v := ACCEPTED.match(msg)) is not None:
-            a, n = int(v.group("a")), int(v.group("n"))
+            a = _count(path, no, col + v.start("a"), v.group("a"))
+            n = _count(path, no, col + v.start("n"), v.group("n"))
             if a > n:
                 raise BadInput(path, no, m.start("msg") + 1, f"accepted {a} exceeds drafted {n}")
             kind = "restore" if v.group("restore") else "verify"
@@ -100,6 +121,8 @@ def parse(path: str, lines: Iterable[tuple[int, str]] | None = None) -> Iterator
         elif (v := RELEASE.match(msg)) is not None:
             yield Line(no, "release", slot, task)
         elif (v := TIMINGS.match(msg)) is not None:
-            yield Line(no, "timings", slot, task, int(v.group("a")), int(v.group("d")))
+            a = _count(path, no, col + v.start("a"), v.group("a"))
+            d = _count(path, no, col + v.start("d"), v.group("d"))
+            yield Line(no, "timings", slot, task, a, d)
         else:
             raise BadInput(path, no, m.start("msg") + 1, f"unrecognised llama-server line: {msg!r}")

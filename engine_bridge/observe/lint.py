@@ -16,8 +16,16 @@ Prometheus 2.45; Rust, typed Python bindings), then its syntax tree is checked f
 - ``mean-length-plus-one``: accepted / spec steps shown without ``1 +`` (M4 counts the bonus
   token);
 - ``mixed-versions``: names of different exporter generations in one expression (vLLM V0,
-  vLLM 0.32-0.34, REP-1, the backport), whose counters mean different things. Each branch of
-  an ``or`` is checked on its own, so a fallback across versions is allowed.
+  vLLM 0.32-0.34, REP-1, the backport), or of different engines, whose counters mean different
+  things. Each branch of an ``or`` is checked on its own, so a fallback across versions is
+  allowed;
+- ``configured-denominator``: a rate whose drafted count is the configured draft length times
+  the steps (LMDeploy's vLLM-shaped ``lmdeploy:spec_decode_num_draft_tokens_total``, SGLang's
+  and LMDeploy's acceptance gauges) used as if it divided by the drafts proposed: accepted over
+  such a count, or such a rate beside a proposed-denominator one (families.py).
+
+The names of every family (families.py) are known: vLLM's, the same served through Ray Serve
+(``ray_vllm_``, read as the vLLM name), llama.cpp's, LMDeploy's and SGLang's.
 
 Grafana variables are replaced before parsing: in a range ``[...]`` by a distinct duration per
 variable (so windows still compare), in a label value they are text already, elsewhere by 1.
@@ -38,6 +46,7 @@ import yaml
 from ..steplog.limits import MAX_DEPTH
 from ..steplog.records import BadInput
 from ..steplog.source import line_col, read_text, too_deep
+from . import families as fam
 from .schemes import (
     ACCEPTED_NAMES,
     GAUGES,
@@ -55,11 +64,11 @@ MAX_NESTING = 64
 MAX_NODES = 500  # the checks compare subtrees pairwise: quadratic in the nodes
 RATE_FUNCS = frozenset({"rate", "irate", "increase"})
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
-KNOWN_NAMES = sorted({*GENERATIONS, *GAUGES, *V0_COUNTERS})
+KNOWN_NAMES = sorted({*GENERATIONS, *GAUGES, *V0_COUNTERS, *fam.SERIES})
 # The per-position counter of each total (a total and its per-position series).
 TOTAL_OF_POS = {
     pos: total
-    for s in SCHEMES.values()
+    for s in (*SCHEMES.values(), *fam.FAMILY_SCHEMES.values())
     for pos, total in (
         (s.accepted_pos, s.accepted),
         (s.drafted_pos, s.drafted),
@@ -67,7 +76,8 @@ TOTAL_OF_POS = {
     )
     if pos is not None and total is not None
 }
-STEPS_ALL = STEP_NAMES | {"vllm:spec_decode_num_drafts_total"}
+STEPS_ALL = STEP_NAMES | {"vllm:spec_decode_num_drafts_total"} | fam.STEPS_ANY
+ACCEPTED_ALL = ACCEPTED_NAMES | fam.ACCEPTED_ANY
 
 
 @dataclass(frozen=True)
@@ -306,7 +316,7 @@ def names_of(sel: pp.VectorSelector) -> set[str]:
     """The metric names a selector can match: its name, or the known names its __name__
     matchers accept."""
     if sel.name:
-        return {sel.name}
+        return {fam.canonical(sel.name)}
     matched = set(KNOWN_NAMES)
     for m in sel.matchers.matchers:
         if m.name != "__name__":
@@ -318,7 +328,7 @@ def names_of(sel: pp.VectorSelector) -> set[str]:
         else:
             hit = prom_regex_matches(m.value, matched)
             matched = hit if m.op == pp.MatchOp.Re else matched - hit
-    return matched
+    return {fam.canonical(n) for n in matched}
 
 
 class RegexError(ValueError):
@@ -377,6 +387,7 @@ def check_expr(expr: pp.Expr, back: dict[timedelta, str]) -> list[Hit]:
                 hits.extend(_versus_k(node))
                 hits.extend(_plus_one(node, parents))
     hits.extend(_mixed(expr))
+    hits.extend(_family_checks(expr))
     return list(dict.fromkeys(hits))
 
 
@@ -418,8 +429,8 @@ def _rate_of_gauge(call: pp.Call) -> list[Hit]:
         if not isinstance(arg, pp.MatrixSelector):
             continue
         for name in sorted(names_of(arg.vector_selector)):
-            if name in GAUGES:
-                why = "a gauge (a ratio or last-interval value computed by the exporter)"
+            if name in fam.GAUGE_NAMES:
+                why = _gauge_why(name)
             elif not name.endswith(COUNTER_SUFFIXES):
                 why = "not a counter by its name (counters end in _total)"
             else:
@@ -529,7 +540,7 @@ def _is_steps_times_number(node: pp.Expr) -> bool:
 
 
 def _versus_k(node: pp.BinaryExpr) -> list[Hit]:
-    if not names_in(node.lhs) & (ACCEPTED_NAMES | set(TOTAL_OF_POS)):
+    if not names_in(node.lhs) & (ACCEPTED_ALL | set(TOTAL_OF_POS)):
         return []
     if not _is_steps_times_number(node.rhs):
         return []
@@ -545,7 +556,7 @@ def _versus_k(node: pp.BinaryExpr) -> list[Hit]:
 
 def _plus_one(node: pp.BinaryExpr, parents: tuple[pp.Expr, ...]) -> list[Hit]:
     lhs, rhs = names_in(node.lhs), names_in(node.rhs)
-    if not (lhs & ACCEPTED_NAMES) or lhs & set(TOTAL_OF_POS) or not (rhs & STEPS_ALL):
+    if not (lhs & ACCEPTED_ALL) or lhs & set(TOTAL_OF_POS) or not (rhs & STEPS_ALL):
         return []
     if _is_steps_times_number(node.rhs):
         return []  # acceptance-vs-k says what is wrong
@@ -592,6 +603,75 @@ def _mixed(expr: pp.Expr) -> list[Hit]:
                 )
             )
     return out
+
+
+# -- exporter families (families.py) ------------------------------------------------------------
+
+
+def _gauge_why(name: str) -> str:
+    family = fam.family_of(name)
+    if family is not None and family.denominator == fam.CONFIGURED:
+        configured = ", over the configured draft length" if name in fam.CONFIGURED_RATES else ""
+        return (
+            f"a gauge {family.engine} sets to its value over the last logging interval"
+            f"{configured}, not a count"
+        )
+    return "a gauge (a ratio or last-interval value computed by the exporter)"
+
+
+def _family_checks(expr: pp.Expr) -> list[Hit]:
+    """configured-denominator and the engines mixed in one ratio (module docstring)."""
+    out: list[Hit] = []
+    for node, _ in walk(expr):
+        if isinstance(node, pp.BinaryExpr) and _op(node) == "/":
+            out.extend(_over_configured(node))
+    names = names_in(expr)
+    configured = sorted(names & (fam.CONFIGURED_RATES | fam.CONFIGURED_DRAFTED))
+    proposed = sorted(names & fam.PROPOSED_DRAFTED)
+    if configured and proposed:
+        out.append(
+            (
+                "configured-denominator",
+                f"{configured[0]} divides by the configured draft length times the steps,"
+                f" {proposed[0]} counts the drafts proposed: one expression puts rates of"
+                " different denominators side by side as if they were the same",
+                "compare engines by mean acceptance length (1 + accepted / spec steps), which"
+                " needs no drafted count, or by accepted / proposed where an engine exports it",
+            )
+        )
+    for branch in _or_branches(expr) if not (configured and proposed) else ():
+        engines = sorted(
+            {f.name for n in names_in(branch) if (f := fam.family_of(n)) is not None}
+            - {"ray-vllm"}  # Ray's names are read as vLLM's
+        )
+        if len(engines) > 1:
+            out.append(
+                (
+                    "mixed-versions",
+                    f"metric names of different engines in one expression: {', '.join(engines)}",
+                    "take every counter of one ratio from one engine; join engines with `or`"
+                    " between whole ratios",
+                )
+            )
+    return out
+
+
+def _over_configured(node: pp.BinaryExpr) -> list[Hit]:
+    over = sorted(names_in(node.rhs) & fam.CONFIGURED_DRAFTED)
+    if not over or not names_in(node.lhs) & (ACCEPTED_ALL | set(TOTAL_OF_POS)):
+        return []
+    return [
+        (
+            "configured-denominator",
+            f"accepted divided by {over[0]}, which counts the configured draft length times the"
+            " steps, not the drafts proposed (vLLM-shaped name, configured meaning): the ratio"
+            " falls as the draft budget rises and ranks budgets wrongly; it is not the"
+            " acceptance rate M1",
+            "compare draft budgets by the mean acceptance length, 1 + rate(accepted) /"
+            " rate(lmdeploy:spec_decode_num_drafts_total); keep this ratio only titled"
+            " 'accepted per configured draft slot'",
+        )
+    ]
 
 
 # -- entry -------------------------------------------------------------------------------------

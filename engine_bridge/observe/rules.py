@@ -9,6 +9,12 @@ step ran in the window; M4 is 1 with no spec step, so its rule falls back to 1 e
 
 Record names follow Prometheus' ``level:metric:operations`` convention, e.g.
 ``engine:spec_decode_acceptance_rate_backport:rate5m``.
+
+Besides vLLM's schemes (schemes.py), the exporter families of families.py whose counters a
+rule can rate: vLLM served through Ray Serve (``ray-vllm``, ``ray-rfc``: the ``ray_vllm_``
+names), llama.cpp and LMDeploy. LMDeploy's drafted is the configured draft length times the
+steps, so no acceptance rate is written for it (only what needs no drafted count); SGLang
+exports interval gauges only, which no rule can rate.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from typing import Any
 
 import yaml
 
+from . import families as fam
 from .schemes import SCHEMES, Scheme
 
 LEVELS = {"engine": ("model_name", "engine"), "model_name": ("model_name",)}
 DEFAULT_WINDOW = "5m"
 DEFAULT_FOR = "1m"
+# Every scheme a rule file can be written for; without --scheme, vLLM's three (SCHEMES).
+RULE_SCHEMES: dict[str, Scheme] = {**SCHEMES, **fam.FAMILY_SCHEMES}
 
 
 @dataclass(frozen=True)
@@ -95,10 +104,7 @@ def derived(scheme: Scheme, rate: Callable[[str], str], labels: tuple[str, ...])
     place the formulas are written, for the rules and the dashboard."""
     have = scheme.counters()
     steps = rate("spec_steps")
-    out = {
-        # M1: accepted / drafted; 0/0 = NaN when nothing was drafted (undefined, never 0).
-        "acceptance_rate": f"{rate('accepted')} / {rate('drafted')}",
-    }
+    out = _acceptance_rate(scheme, rate)
     if "verified" in have:
         out["draft_quality"] = f"{rate('accepted')} / {rate('verified')}"  # M2
         out["verification_rate"] = f"{rate('verified')} / {rate('drafted')}"  # M3
@@ -114,6 +120,22 @@ def derived(scheme: Scheme, rate: Callable[[str], str], labels: tuple[str, ...])
     return out
 
 
+def _acceptance_rate(scheme: Scheme, rate: Callable[[str], str]) -> dict[str, str]:
+    """M1, only where drafted counts the drafts proposed (families.py): accepted over a
+    configured k x steps is not an acceptance rate."""
+    if fam.denominator(scheme) == fam.CONFIGURED:
+        return {}
+    # M1: accepted / drafted; 0/0 = NaN when nothing was drafted (undefined, never 0).
+    return {"acceptance_rate": f"{rate('accepted')} / {rate('drafted')}"}
+
+
+def _recorded_as(scheme: Scheme, quantity: str) -> str:
+    """The record name's quantity: a configured drafted count is not recorded as drafted."""
+    if quantity == "drafted" and fam.denominator(scheme) == fam.CONFIGURED:
+        return "configured_draft_slots"
+    return quantity
+
+
 def recording_rules(scheme: Scheme, window: str = DEFAULT_WINDOW) -> list[Rule]:
     """Rates of every counter the scheme has, then every metric derivable from them."""
     out: list[Rule] = []
@@ -124,7 +146,7 @@ def recording_rules(scheme: Scheme, window: str = DEFAULT_WINDOW) -> list[Rule]:
 
         for quantity, metric in scheme.counters().items():
             keep = (*labels, "position") if quantity.endswith("_pos") else labels
-            out.append(Rule(rec(quantity), base_rate(metric, window, keep)))
+            out.append(Rule(rec(_recorded_as(scheme, quantity)), base_rate(metric, window, keep)))
         out.extend(Rule(rec(q), expr) for q, expr in derived(scheme, rec, labels).items())
     return out
 
@@ -177,7 +199,7 @@ def rule_groups(
     """The rule file's content: one recording group and one alert group per scheme."""
     groups: list[dict[str, Any]] = []
     for name in schemes or list(SCHEMES):
-        scheme = SCHEMES[name]
+        scheme = RULE_SCHEMES[name]
         groups.append(
             {
                 "name": f"spec_decode_{scheme.name}_recording",

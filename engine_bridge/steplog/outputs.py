@@ -59,8 +59,8 @@ def check_outputs(
             if _same_file(out, inp):
                 raise _refuse(
                     out,
-                    f"{what} is the input {in_what} {inp!r}: refused, writing it would destroy"
-                    " the input (name another file)",
+                    f"{what} is an input of this command ({in_what} {inp!r}): refused, writing"
+                    " it would destroy the input (name another file)",
                 )
         for other_what, other in outs[:i]:
             if _same_file(out, other):
@@ -96,15 +96,15 @@ def _umask() -> int:
     return mask
 
 
-def write_output(path: str, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` whole or not at all (see the module docstring)."""
+def write_output(path: str, text: str | bytes) -> None:
+    """Write ``text`` (str: as UTF-8) to ``path`` whole or not at all (module docstring)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
     except OSError as exc:
         raise _refuse(path, f"cannot write: {exc.strerror or exc}") from None
-    data = text.encode("utf-8")
+    data = text.encode("utf-8") if isinstance(text, str) else text
     if st is not None and not stat.S_ISREG(st.st_mode):
         _write_in_place(path, data)
         return

@@ -194,8 +194,10 @@ def test_log_lines_as_vllm_prints_them(tmp_path: Path) -> None:
     assert lines[0].per_pos == (0.8, 0.5, 0.2, 0.0)
     assert lines[0].mean == 2.5 and lines[0].rate == 37.5
     findings = logs.check_files([str(path)])
-    assert verdicts(findings) == {OK: 3, NOTE: 0, VIOLATION: 0}
+    # three lines, and the two intervals between their timestamps
+    assert verdicts(findings) == {OK: 5, NOTE: 0, VIOLATION: 0}
     assert "num_drafts (not printed) in 10" in findings[0].message
+    assert findings[0].message.startswith("v1-mean-first (vLLM 0.10.2-0.34)")
     assert "interval ≈ 10.0s" in findings[0].message
 
 
@@ -265,7 +267,10 @@ def test_garbled_log_line_is_bad_input(tmp_path: Path) -> None:
     log.write_text("x\nINFO SpecDecoding metrics: Mean acceptance length: oops\n")
     result = CliRunner().invoke(import_group, ["logs", str(log)])
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"{log}:2:6: malformed 'SpecDecoding metrics:' line"
+    assert result.stderr.strip() == (
+        f"{log}:2:52: Mean acceptance length is 'oops', not a value vLLM prints there (%.2f) in"
+        " the layout v1-mean-first (vLLM 0.10.2-0.34)"
+    )
 
 
 # -- per-request metrics ------------------------------------------------------------------------

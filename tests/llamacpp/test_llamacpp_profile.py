@@ -48,11 +48,15 @@ def server_log(lines: list[str], drafted: int, accepted: int) -> str:
         slot_line(1, "processing task, is_child = 0", "launch_slot_"),
     ]
     out += [slot_line(1, line, "operator()") for line in lines]
+    # server_slot::print_timings' own figures: R = A / D, mean = 1 + A / verification steps.
+    steps = sum(1 for line in lines if "restore" not in line and "new n_tokens" not in line)
+    rate = accepted / drafted if drafted else 0.0
+    mean = 1 + accepted / steps if steps else 1.0
     out.append(
         slot_line(
             1,
-            f"draft acceptance = 0.50000 ({accepted:5d} accepted / {drafted:5d} generated),"
-            " mean len =  1.00",
+            f"draft acceptance = {rate:0.5f} ({accepted:5d} accepted / {drafted:5d} generated),"
+            f" mean len = {mean:5.2f}",
             "print_timing",
         )
     )

@@ -163,3 +163,93 @@ def test_prometheus_operator_rule_resource(tmp_path: Path) -> None:
         "mean-length-plus-one",
         "rate-of-gauge",
     ]
+
+
+# -- exporter families: configured denominators, gauges, Ray's and llama.cpp's names -------------
+
+A = "rate(vllm:spec_decode_num_accepted_tokens_total[5m])"
+D = "rate(vllm:spec_decode_num_draft_tokens_total[5m])"
+LA = "rate(lmdeploy:spec_decode_num_accepted_tokens_total[5m])"
+LD = "rate(lmdeploy:spec_decode_num_draft_tokens_total[5m])"
+LS = "rate(lmdeploy:spec_decode_num_drafts_total[5m])"
+RA = "rate(ray_vllm_spec_decode_num_accepted_tokens_total[5m])"
+RD = "rate(ray_vllm_spec_decode_num_draft_tokens_total[5m])"
+CA = "rate(llamacpp:n_drafted_accepted_total[5m])"
+CD = "rate(llamacpp:n_drafted_total[5m])"
+
+FAMILY_CASES = [
+    # LMDeploy: vLLM-shaped names, configured meaning
+    (f"{LA} / {LD}", ["configured-denominator"]),
+    (f"sum by (model_name) ({LA}) / sum by (model_name) ({LD})", ["configured-denominator"]),
+    (f"1 + {LA} / {LS}", []),
+    (f"{LA} / {LS}", ["mean-length-plus-one"]),
+    ("rate(lmdeploy:spec_decode_mean_accept_rate[5m])", ["rate-of-gauge"]),
+    # SGLang's interval gauges
+    ("rate(sglang:spec_accept_rate[5m])", ["rate-of-gauge"]),
+    ("increase(sglang:spec_accept_length[1h])", ["rate-of-gauge"]),
+    ("avg_over_time(sglang:spec_accept_rate[5m])", []),
+    # a configured-denominator rate beside a proposed one, even across `or`
+    (f"sglang:spec_accept_rate or {A} / {D}", ["configured-denominator"]),
+    (f"avg_over_time(sglang:spec_accept_rate[5m]) - on() ({A} / {D})", ["configured-denominator"]),
+    # vLLM through Ray Serve: the same checks as for vLLM's own names
+    (RA + " / " + RD, []),
+    (RA.replace("5m", "1m") + " / " + RD, ["ratio-windows"]),
+    (
+        'sum(rate({__name__=~"ray_vllm_spec_decode_num_accepted_tokens.*"}[5m]))',
+        ["per-position-into-total"],
+    ),
+    ("rate(ray_vllm_spec_decode_draft_acceptance_rate[5m])", ["rate-of-gauge"]),
+    (f"{RA} / rate(ray_vllm_spec_decode_num_drafts_total[5m])", ["mean-length-plus-one"]),
+    (f"{RA} / rate(spectally:spec_decode_num_drafted_tokens_total[5m])", ["mixed-versions"]),
+    # llama.cpp: proposed denominator, its own names
+    (f"{CA} / {CD}", []),
+    (f"{CA} / {D}", ["mixed-versions"]),
+    (
+        "llamacpp:spec_decode_num_accepted_tokens_total"
+        " + llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
+        ["per-position-into-total"],
+    ),
+]
+
+
+@pytest.mark.parametrize("expr, checks", FAMILY_CASES, ids=[e for e, _ in FAMILY_CASES])
+def test_families_are_checked(expr: str, checks: list[str]) -> None:
+    import promql_parser
+
+    assert [check for check, _, _ in lint.check_expr(promql_parser.parse(expr), {})] == checks
+
+
+def test_messages_name_the_family_and_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "r.yml"
+    path.write_text(
+        "groups:\n- name: g\n  rules:\n"
+        f"  - record: lmdeploy:acceptance\n    expr: {LA} / {LD}\n"
+        "  - alert: SGLangLow\n    expr: rate(sglang:spec_accept_rate[5m]) < 0.2\n"
+        "  - alert: LMDeployLow\n    expr: rate(lmdeploy:spec_decode_mean_accept_rate[5m]) < 0.2\n"
+    )
+    configured, gauge, lmdeploy_gauge = lint.lint_file(str(path))
+    assert configured.check == "configured-denominator" and configured.line == 5
+    assert "lmdeploy:spec_decode_num_draft_tokens_total" in configured.message
+    assert "configured draft length" in configured.message and "M1" in configured.message
+    assert "lmdeploy:spec_decode_num_drafts_total" in configured.fix
+    assert gauge.check == "rate-of-gauge" and "SGLang" in gauge.message
+    assert "LMDeploy" in lmdeploy_gauge.message and "last logging interval" in gauge.message
+
+
+def test_rules_of_every_family_lint_clean(tmp_path: Path) -> None:
+    (tmp_path / "r.yml").write_text(rules.render(list(rules.RULE_SCHEMES)))
+    assert len(lint.queries(str(tmp_path / "r.yml"))) > 100
+    assert lint.lint_file(str(tmp_path / "r.yml")) == []
+
+
+def test_the_ray_dashboard_reads_ray_names_and_lints_clean(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["dashboard", "--ray", "--rfc", "rfc", "--out", "-"])
+    assert result.exit_code == 0, result.output
+    (tmp_path / "d.json").write_text(result.output)
+    exprs = [q.expr for q in lint.queries(str(tmp_path / "d.json"))]
+    assert len(exprs) >= 15 and all("vllm:" not in e for e in exprs)
+    assert any("ray_vllm_spec_decode_num_verified_draft_tokens_total" in e for e in exprs)
+    assert lint.lint_file(str(tmp_path / "d.json")) == []
+    backport = dashboard.render(ray=True)
+    assert "ray_vllm_spec_decode_num_draft_tokens_total" in backport
+    assert "spectally:spec_decode_num_drafted_tokens_total" in backport

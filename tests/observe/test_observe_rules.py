@@ -225,3 +225,47 @@ def test_cli_writes_rules_and_promtool_tests(tmp_path: Path) -> None:
         .exit_code
         == 2
     )
+
+
+def test_family_schemes_rate_their_own_names() -> None:
+    """Ray Serve's ray_vllm_ names, llama.cpp's and LMDeploy's (families.py); LMDeploy's drafted
+    is configured (k x steps), so no acceptance rate is written for it."""
+    doc = yaml.safe_load(rules.render(["ray-rfc", "llamacpp", "lmdeploy"]))
+    by_group = {g["name"]: g["rules"] for g in doc["groups"]}
+    for records in by_group.values():
+        for rule in records:
+            promql_parser.parse(rule["expr"])
+    ray = {r.get("record"): r["expr"] for r in by_group["spec_decode_ray-rfc_recording"]}
+    assert "ray_vllm_spec_decode_num_verified_draft_tokens_total" in str(ray.values())
+    assert "vllm:" not in str(ray.values())
+    assert "engine:spec_decode_acceptance_rate_ray-rfc:rate5m" in ray
+    llama = {r.get("record") for r in by_group["spec_decode_llamacpp_recording"]}
+    assert "engine:spec_decode_acceptance_rate_llamacpp:rate5m" in llama
+    lmd = {r.get("record"): r["expr"] for r in by_group["spec_decode_lmdeploy_recording"]}
+    assert not any("acceptance_rate" in name for name in lmd)
+    assert not any("drafted" in name for name in lmd)
+    assert "engine:spec_decode_configured_draft_slots_lmdeploy:rate5m" in lmd
+    assert "engine:spec_decode_mean_acceptance_length_lmdeploy:rate5m" in lmd
+
+
+def test_default_rules_are_vllms_schemes() -> None:
+    doc = yaml.safe_load(rules.render())
+    assert [g["name"].rsplit("_", 1)[0] for g in doc["groups"]][::2] == [
+        f"spec_decode_{name}" for name in SCHEMES
+    ]
+
+
+def test_cli_writes_family_rules_and_refuses_their_replay(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from spectally.cli import main
+    from spectally.observe_cli import FAMILY_SCHEME_NAMES, SCHEME_NAMES
+
+    assert set(SCHEME_NAMES + FAMILY_SCHEME_NAMES) == set(rules.RULE_SCHEMES)
+    res = CliRunner().invoke(main, ["rules", "--out", str(tmp_path), "--scheme", "lmdeploy"])
+    assert res.exit_code == 0, res.output
+    assert "lmdeploy:spec_decode_num_drafts_total" in (tmp_path / "spectally-rules.yml").read_text()
+    res = CliRunner().invoke(
+        main,
+        ["rules", "--out", str(tmp_path), "--scheme", "ray-vllm", "--tests-from", SERVE_LOGS[0]],
+    )
+    assert res.exit_code == 2 and "vllm, rfc and backport" in res.output

@@ -1,0 +1,1 @@
+../../cli/import_engines.py
