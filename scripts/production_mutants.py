@@ -35,6 +35,7 @@ REFERENCE = BRIDGE / "replay" / "reference_replay.py"
 COLUMNAR = BRIDGE / "replay" / "columnar" / "columnar.py"
 VERSION_DIFF = BRIDGE / "version_diff.py"
 JOB = BRIDGE / "fleet" / "job.py"
+LLAMA_IMPORTER = BRIDGE / "llamacpp" / "importer.py"
 LOCAL = BRIDGE / "fleet" / "local.py"
 HOSTILE = "tests/cli/test_production_hostile.py"
 FLEET = "tests/fleet/test_fleet_hostile.py"
@@ -105,6 +106,10 @@ MUTANTS = [
      f"{HOSTILE} -k second_totals"),
     (VERSION_DIFF, "--to read as a vLLM release", "    engine = log_engine(path)",
      "    engine = 'vllm'", f"{HOSTILE} -k version_diff"),
+    (LLAMA_IMPORTER, "--responses nesting unbounded", "    _check_responses_text(path, text)\n",
+     "", f"{HOSTILE} -k responses_wide"),
+    (LLAMA_IMPORTER, "--responses integers unbounded", "        if digits_too_long(digits):",
+     "        if False:", f"{HOSTILE} -k responses_wide"),
     (LOCAL, "workers taken after shutdown forgot them",
      "    processes = list((getattr(pool, \"_processes\", None) or {}).values())\n"
      "    for proc in processes:\n        if proc.is_alive():\n            proc.terminate()\n"

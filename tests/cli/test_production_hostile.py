@@ -364,6 +364,33 @@ def test_version_diff_to_with_5000_digits(log: Path) -> None:
     assert_bad(run("version-diff", log, "--to", "9" * 5000), "5000 digits")
 
 
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ('[{"timings": {"draft_n": ' + "9" * 5000 + ', "draft_n_accepted": 1}}]\n', "5000 digits"),
+        ("[\n" * 3000 + "]\n" * 3000, "nested deeper"),
+    ],
+)
+def test_import_llamacpp_responses_wide_or_deep(tmp_path: Path, text: str, words: str) -> None:
+    responses = tmp_path / "responses.json"
+    responses.write_text(text)
+    result = run(
+        "import",
+        "llamacpp",
+        LLAMA / "mamba.server.log",
+        "--metrics-before",
+        LLAMA / "mamba.metrics.before",
+        "--metrics-after",
+        LLAMA / "mamba.metrics.after",
+        "--responses",
+        responses,
+        "--out",
+        tmp_path / "o.ndjson",
+    )
+    assert_bad(result, str(responses), words)
+    assert not (tmp_path / "o.ndjson").exists()
+
+
 # Modules of each extra, and a command that needs them (the nine of the report).
 EXTRA_CASES = [
     ("observe", "yaml", ["rules", "--out", "{tmp}/r"]),
