@@ -1,3 +1,3 @@
-from spectally.cli import main
+from spectally.commands import main
 
 main()

@@ -7,7 +7,7 @@ counters and vLLM 0.34's own.
 - ``vllm-0.34:drafted>=verified``: proved.
 
 A refutation comes with a concrete witness (`witness.replay` turns it into a `spectally step`
-command). The registry in properties.py names these properties.
+command). The registry in properties/__init__.py names these properties.
 """
 
 from __future__ import annotations

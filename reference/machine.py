@@ -1,36 +1,12 @@
 """The engine state machine: many requests, their draft blocks, and the counters they feed.
 
-Rules (SPEC.md section 5 states them normatively; this is the executable text):
-
-E1  Steps. ``StepBegin(s)`` starts engine step s; steps strictly increase. An event naming a
-    step that has not begun is illegal.
-E2  Requests. ``AddRequest`` introduces a request id once. Any other event for an unknown id,
-    or for a request that finished or was aborted, is illegal.
-E3  Blocks. A request has at most one draft block per step. ``Propose`` (or ``Pad``) opens it,
-    only in the current step; opening a second block for the same step is illegal. The previous
-    block must at least be in the forward pass (verified). In sync mode a block reaches
-    ``Verify`` only once every earlier block closed: the next proposal may open while the
-    previous block's output is unprocessed (an abort between the forward pass and the output,
-    vLLM ``EngineCoreProc``), but it cannot run before that output is processed.
-E4  Stage order. A block's events follow its mode's pipeline, each stage at most once:
-        sync : Propose, Pad, GrammarReject, Truncate, AVSkip, Verify, Accept
-        async: Propose, Pad, Truncate, AVSkip, Verify, GrammarReject, Accept
-    Stages may be skipped (no grammar, no cut, AV off) except that ``Accept`` and, in async,
-    ``GrammarReject`` need ``Verify`` first. ``GrammarReject`` needs a structured request.
-E5  Counts. Counts are >= 0 and bounded by what reaches the stage: the block holds at most k
-    slots, a cut removes at most what is left, ``Verify`` must name exactly the drafts that
-    reached the target, and ``Accept`` at most the eligible ones (transitions.stage_rule,
-    transitions.accept_rule).
-E6  Closing. ``Accept`` closes a block: applied, unless the block went stale *and* its stale
-    output is dropped (then discarded_stale). ``Finish``/``Abort`` discard every open block of
-    the request and end it. ``Preempt`` discards blocks not yet verified and makes verified
-    (in-flight, async) blocks stale; vLLM still delivers a stale output to the request (and
-    counts it) unless it drops it: the Preempt's ``drop_stale_output``, or, when that is None,
-    the engine's configured default. A closed block is folded into the counters by
-    ``step.rfc_step`` / ``step.legacy_step``. What each event does to counts is written once,
-    over an `Arith`, in ``transitions.py``, so the proofs evaluate these very rules.
-E7  Atomicity. An illegal event raises `IllegalEvent` naming request, step, state and event,
-    and changes nothing. After every legal event all invariants (invariants.py) hold.
+Its rules are E1-E7, written once in SPEC.md section 5.1 ("The block lifecycle"); each check
+below carries its rule id on its code line (``# [E3] ...``), and spec/RULES.md lists them. What
+each event does to counts (E5, E6) is written once, over an `Arith`, in ``transitions.py``
+(``stage_rule``, ``accept_rule``), so the proofs evaluate these very rules; a closed block is
+folded into the counters by ``step.rfc_step`` / ``step.legacy_step``. An illegal event raises
+`IllegalEvent` and changes nothing (E7); after every legal event all invariants
+(``invariants.py``) hold.
 """
 
 from __future__ import annotations

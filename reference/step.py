@@ -269,6 +269,62 @@ def legacy_step(
     )
 
 
+SHIFT_TERMS = (
+    "grammar_invalid",  # grammar-invalid drafts: excluded by legacy, drafted under rfc
+    "truncated",  # drafts cut by the schedule: not counted by legacy, drafted under rfc
+    "padding",  # placeholder slots legacy counts as drafted; rfc does not
+    "stale_drafted",  # stale outputs legacy counts; rfc discards them
+    "stale_accepted",
+    "stale_steps",
+    "steps_without_slots",  # applied, drafts proposed, none scheduled: rfc step only
+    "padding_only_steps",  # only placeholders scheduled: legacy step only
+)
+
+
+def shift_terms(
+    mode: Mode,
+    x: StepInputs[N, B],
+    lg: LegacyStepCounts[N],
+    ar: Arith[N, B],
+    profile: CountingProfile = VLLM_LEGACY,
+) -> tuple[N, ...]:
+    """What one block adds to each shift term (`SHIFT_TERMS`): why the legacy counters
+    (`legacy_step`, ``lg``) differ from the rfc ones for this block, over any arithmetic: ints
+    for the reference replay, whole arrays for the columnar one, Z3 terms for the proofs.
+    ``profile``: the release's counting facts (in vLLM 0.34 async drafted keeps
+    grammar-invalid slots)."""
+    p = pipeline(mode, x, ar, profile)
+    subtracts = profile.async_counted_keeps is not GrammarKeep.EVERYTHING
+    zero, one = ar.lit(0), ar.lit(1)
+    d = p.scheduled_drafts
+    if Mode(mode) is Mode.SYNC:
+        grammar = ar.sub(x.proposed, p.after_grammar_sync)
+        truncated = ar.sub(p.after_grammar_sync, d)
+        padding = ar.sub(p.scheduled_slots, d)
+    else:
+        kept = grammar_keeps(profile.async_counted_keeps, x, ar)
+        grammar = ar.ite(x.structured, ar.sub(d, ar.min(d, kept)), zero)
+        truncated = ar.sub(x.proposed, d)
+        # async + structured: vLLM <= 0.33 counts padding as invalid, so legacy never drafted it
+        padding = ar.sub(p.scheduled_slots, d)
+        if subtracts:
+            padding = ar.ite(x.structured, zero, padding)
+    applied = x.applied
+    stale = ar.both(ar.negate(applied), x.legacy_reported)
+    no_slots = ar.both(ar.lt(zero, x.proposed), ar.eq(p.scheduled_slots, zero))
+    pad_only = ar.both(ar.eq(x.proposed, zero), ar.lt(zero, p.scheduled_slots))
+    return (
+        ar.ite(applied, grammar, zero),
+        ar.ite(applied, truncated, zero),
+        ar.ite(applied, padding, zero),
+        ar.ite(stale, lg.num_draft_tokens, zero),
+        ar.ite(stale, lg.num_accepted_tokens, zero),
+        ar.ite(stale, lg.num_drafts, zero),
+        ar.ite(ar.both(applied, no_slots), one, zero),
+        ar.ite(ar.both(applied, pad_only), one, zero),
+    )
+
+
 def legacy_accepted_len(
     mode: Mode, x: StepInputs[N, B], ar: Arith[N, B], profile: CountingProfile = VLLM_LEGACY
 ) -> N:

@@ -1,11 +1,12 @@
 """Build llama.cpp's ``llama-server`` from the ``llama-cpp-python`` source package.
 
 The sdist of ``llama-cpp-python==0.3.36`` on PyPI vendors llama.cpp under ``vendor/llama.cpp``.
-This script fetches that sdist through PyPI's simple index (as pip would, checking its sha256),
-unpacks it, builds only ``llama-server`` with cmake (no curl, no OpenSSL, no web UI: with the
-prebuilt UI on, cmake tries to download it). The tree's ``convert_hf_to_gguf.py`` and its
-``gguf-py`` package stay in the unpacked source (engine_bridge/llamacpp/gguf_models.py puts
-them on the path). Everything lands under
+This script fetches that sdist from the simple page of the package indexes pip is configured
+with (``sources.find_on_index``: pip's configuration names the index, this code names no host),
+checks its sha256, unpacks it, builds only ``llama-server`` with cmake (no curl, no OpenSSL,
+no web UI: with the prebuilt UI on, cmake tries to download it). The tree's
+``convert_hf_to_gguf.py`` and its ``gguf-py`` package stay in the unpacked source
+(engine_bridge/llamacpp/gguf_models.py puts them on the path). Everything lands under
 ``${SPECTALLY_LLAMACPP_DIR:-~/.cache/spectally/llamacpp-0.3.36}``; a marker file makes a second
 run a no-op. It takes about 11 minutes on two cores; run it outside any test timeout:
 
@@ -15,7 +16,7 @@ run a no-op. It takes about 11 minutes on two cores; run it outside any test tim
 from __future__ import annotations
 
 import hashlib
-import json
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -28,7 +29,6 @@ from pathlib import Path
 VERSION = "0.3.36"
 SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-SIMPLE = "https://pypi.org/simple/llama-cpp-python/"
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_CURL=OFF",
@@ -53,14 +53,14 @@ def say(msg: str) -> None:
 
 
 def sdist_url() -> str:
-    """The sdist's URL from PyPI's JSON simple index (PEP 691)."""
-    req = urllib.request.Request(SIMPLE, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        index = json.load(resp)
-    for f in index["files"]:
-        if f["filename"] == SDIST:
-            return str(f["url"])
-    raise SystemExit(f"{SDIST} is not in {SIMPLE}")
+    """The sdist's address on the package indexes pip reads (standard library only, like this
+    script: ``engine_bridge/vllm/capture/sources.py`` is loaded by path)."""
+    path = Path(__file__).resolve().parents[1] / "engine_bridge" / "vllm" / "capture" / "sources.py"
+    spec = importlib.util.spec_from_file_location("spectally_sources", path)
+    assert spec is not None and spec.loader is not None
+    sources = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sources)
+    return str(sources.find_on_index("llama-cpp-python", SDIST))
 
 
 def fetch(root: Path) -> Path:

@@ -8,14 +8,16 @@ import sys
 from pathlib import Path
 
 import click
-from spectally.exit_codes import EXIT_COMMON, ExitCode
+from spectally.exit_codes import ExitCode
 from spectally.spec.conform import LEVELS, KitFormatError, load_vectors, run
 
-EXIT_HELP = (
-    "Exit codes: 0 every check up to the claimed level passes; 1 a check fails or is"
+from . import exits
+
+EXIT_HELP = exits.epilog(
+    "0 every check up to the claimed level passes; 1 a check fails or is"
     " unsupported at a claimed level; 2 usage, a malformed vectors file, or a run that broke"
     " (a response that breaks the protocol, an implementation that cannot start, crashes, or"
-    " sends nothing within --timeout); " + EXIT_COMMON
+    " sends nothing within --timeout)"
 )
 
 

@@ -37,6 +37,7 @@ from spectally.reference.step import (
     legacy_scheduled_invalid,
     legacy_step,
     pipeline,
+    shift_terms,
 )
 
 from ..steplog.profiles import check_profile, no_profile_reason, resolve
@@ -61,7 +62,7 @@ from .accounts import (
     metrics_divergence,
     totals_divergence,
 )
-from .report import Divergence, RequestView, Tally, column, rows, shift_terms, stats_not_compared
+from .report import Divergence, RequestView, Tally, column, rows, stats_not_compared
 
 ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from log_lines import ADD, HEADER, dumps
-from spectally.engine_bridge.cli import replay
+from spectally.commands.replay import replay
 from spectally.engine_bridge.replay.dispatch import replay_file
 
 STEP = {

@@ -11,7 +11,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 from hypothesis import given
-from spectally.cli import main
+from spectally.commands import main
 from spectally.reference.machine import step_counts
 from spectally.reference.step import StepQuery, token_fates
 from strategies import step_queries

@@ -33,7 +33,7 @@ from click.testing import CliRunner, Result
 from hostile_values import ENCODINGS, HOSTILE_JSON, HOSTILE_NUMBERS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spectally.cli import main
+from spectally.commands import main
 from spectally.exit_codes import ExitCode
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"

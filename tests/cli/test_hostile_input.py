@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 import pytest
 from click.testing import CliRunner, Result
 from log_lines import ADD, HEADER, dumps
-from spectally.cli import main
+from spectally.commands import main
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.fleet import ray as fleet_ray
 from spectally.engine_bridge.replay.dispatch import replay_file
@@ -514,7 +514,7 @@ def replay_process(path: str, pass_fds: tuple[int, ...] = ()) -> subprocess.Comp
     """``spectally replay PATH`` in a process of its own, bounded in time: a reader that opens
     a FIFO a second time waits for a writer that never comes."""
     return subprocess.run(
-        [sys.executable, "-m", "spectally.cli", "replay", path],
+        [sys.executable, "-m", "spectally.commands", "replay", path],
         pass_fds=pass_fds,
         capture_output=True,
         text=True,

@@ -37,7 +37,7 @@ HEAVY = ("numba", "numpy", "msgspec", "jsonschema")
 LOG = Path(__file__).parents[1] / "fixtures" / "vllm" / "ngram-k3-greedy.ndjson.gz"
 PROBE = """
 import json, sys
-from spectally.cli import main
+from spectally.commands import main
 try:
     main(sys.argv[1:], standalone_mode=True)
 except SystemExit:
@@ -109,7 +109,7 @@ def test_kernels_are_not_compiled_while_not_allowed() -> None:
 
 THREADS = """
 import os, sys
-from spectally.cli import main
+from spectally.commands import main
 try:
     main(sys.argv[1:], standalone_mode=True)
 except SystemExit:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import spectally.reference.machine as machine
 from click.testing import CliRunner
-from spectally.cli import main
-from spectally.engine_bridge.parity import compare_runs, read_run, render
+from spectally.commands import main
+from spectally.engine_bridge.compare.parity import compare_runs, read_run, render
 from spectally.exit_codes import ExitCode
 from spectally.reference.step import Mode
 

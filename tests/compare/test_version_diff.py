@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from spectally.cli import main
-from spectally.engine_bridge.version_diff import diff
+from spectally.commands import main
+from spectally.engine_bridge.compare.version_diff import diff
 
 VLLM = Path(__file__).parents[1] / "fixtures" / "vllm"
 LOGS = [

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from spectally.commands.vectors import vectors as vectors_cmd
 from spectally.spec import render
 from spectally.spec.vectors import (
     VectorFormatError,
@@ -20,7 +21,6 @@ from spectally.spec.vectors import (
     run_vector,
     validate,
 )
-from spectally.spec.vectors_cli import vectors as vectors_cmd
 
 SPEC_DIR = Path(render.__file__).parent
 DOC = load()

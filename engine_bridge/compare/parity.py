@@ -37,9 +37,9 @@ from spectally.reference.events import Event
 from spectally.reference.machine import ClosedBlock, Engine, Outcome
 from spectally.reference.step import Mode, RfcStepCounts, StepInputs, pipeline
 
-from .replay.reference_replay import Replayer, StopReplay
-from .steplog.records import BadInput, Record, parse_line
-from .steplog.source import iter_lines
+from ..replay.reference_replay import Replayer, StopReplay
+from ..steplog.records import BadInput, Record, parse_line
+from ..steplog.source import iter_lines
 
 __all__ = [
     "PARITY_COUNTERS",

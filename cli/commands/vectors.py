@@ -10,8 +10,15 @@ import click
 from spectally.exit_codes import ExitCode
 from spectally.spec.vectors import VectorFormatError, load, load_defaults, run_vector
 
+from . import exits
 
-@click.command()
+
+@click.command(
+    epilog=exits.epilog(
+        "0 every vector agrees with the reference; 1 a vector disagrees; 2 a malformed vectors"
+        " file or usage"
+    )
+)
 @click.option(
     "--file",
     "path",

@@ -13,15 +13,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 import click
-from spectally.exit_codes import EXIT_COMMON, ExitCode
+from spectally.exit_codes import ExitCode
+
+from . import exits
 
 if TYPE_CHECKING:
     from spectally.engine_bridge.importers.findings import Finding
 
-EXIT_HELP = (
-    "Exit codes: 0 every check holds (notes explain what cannot be checked); 1 a violation;"
+EXIT_HELP = exits.epilog(
+    "0 every check holds (notes explain what cannot be checked); 1 a violation;"
     " 2 bad input or usage (unreadable or malformed input, a value the engine cannot print,"
-    " nothing to check), printed as file:line:column: reason; " + EXIT_COMMON
+    " nothing to check), printed as file:line:column: reason",
+    several=True,
 )
 
 

@@ -9,6 +9,8 @@ import sys
 import click
 from spectally.exit_codes import ExitCode
 
+from . import exits
+
 SCHEME_NAMES = ("vllm", "rfc", "backport")
 # The other exporter families' schemes (engine_bridge/observe/families.py), written on request.
 FAMILY_SCHEME_NAMES = ("ray-vllm", "ray-rfc", "llamacpp", "lmdeploy")
@@ -31,8 +33,10 @@ def _bad_input(message: str) -> None:
 
 
 @click.command(
-    epilog="Exit codes: 0 the files are written; 2 bad input or usage (a log the replay"
-    " refuses, an unwritable directory); 70 internal error; 130 interrupted."
+    epilog=exits.epilog(
+        "0 the files are written; 2 bad input or usage (a log the replay refuses, an"
+        " unwritable directory)"
+    )
 )
 @click.option(
     "--out",
@@ -135,10 +139,7 @@ def _write(path: str, text: str) -> None:
     write_output(path, text)
 
 
-@click.command(
-    epilog="Exit codes: 0 the dashboard is written; 2 usage (an unwritable path); 70 internal"
-    " error; 130 interrupted."
-)
+@click.command(epilog=exits.epilog("0 the dashboard is written; 2 usage (an unwritable path)"))
 @click.option(
     "--out",
     "out_file",
@@ -181,9 +182,11 @@ def dashboard(out_file: str, rfc: str, ray: bool) -> None:
 
 
 @click.command(
-    epilog="Exit codes: 0 no finding; 1 findings (each names the rule or panel and the fix);"
-    " 2 bad input (not rules or a dashboard, PromQL that does not parse, unreadable);"
-    " 70 internal error; 130 interrupted."
+    epilog=exits.epilog(
+        "0 no finding; 1 findings (each names the rule or panel and the fix); 2 bad input (not"
+        " rules or a dashboard, PromQL that does not parse, unreadable)",
+        several=True,
+    )
 )
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("--json", "as_json", is_flag=True, help="print the findings as JSON")
@@ -216,16 +219,22 @@ def lint(files: tuple[str, ...], as_json: bool) -> None:
     sys.exit(int(ExitCode.DIVERGENCE if findings else ExitCode.OK))
 
 
-@click.group("export")
+@click.group(
+    "export",
+    epilog=exits.epilog(
+        "0 the records are written; 1 a record the other tool's model rejects; 2 bad input or usage"
+    ),
+)
 def export_group() -> None:
     """Export what a step log counted in other tools' formats."""
 
 
 @export_group.command(
     "aiperf",
-    epilog="Exit codes: 0 records written; 1 a record AIPerf's model rejects (--validate);"
-    " 2 bad input (a log the replay refuses) or usage (--validate without spectally[aiperf]);"
-    " 70 internal error; 130 interrupted.",
+    epilog=exits.epilog(
+        "0 records written; 1 a record AIPerf's model rejects (--validate); 2 bad input (a log"
+        " the replay refuses) or usage (--validate without spectally[aiperf])"
+    ),
 )
 @click.argument("log", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
 @click.option(

@@ -15,17 +15,14 @@ What the prediction assumes: the target release schedules what the log's release
 different budget cuts) and accepts the same drafts. A draft 0.34 additionally verifies is
 grammar-invalid, so rejection sampling refuses it: accepted does not move.
 
-    spectally version-diff LOG [--to 0.34.0] [--json]
+``spectally version-diff LOG [--to 0.34.0] [--json]`` prints it (spectally.commands.version_diff).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import click
-from spectally.exit_codes import ExitCode
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.profile import (
     OLDEST_COUNTS_AS,
@@ -37,10 +34,10 @@ from spectally.reference.profile import (
 )
 from spectally.reference.step import Mode, StepInputs, grammar_keeps, legacy_step, rfc_step
 
-from .steplog.limits import version_error
-from .steplog.records import BadInput, Record, parse_line
-from .steplog.source import iter_lines
-from .steplog.translate import Header, counting_profile, profile_for
+from ..steplog.limits import version_error
+from ..steplog.records import BadInput, Record, parse_line
+from ..steplog.source import iter_lines
+from ..steplog.translate import Header, counting_profile, profile_for
 
 APPLIED = ("applied",)
 
@@ -158,7 +155,7 @@ def resolve_targets(path: str, versions: tuple[str, ...] | list[str]) -> list[st
 def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
     """The log's counts under its own profile and each of ``targets`` (default: every one).
     Raises BadInput on a log the replay does not judge AGREE under its own profile."""
-    from .replay.dispatch import replay_file
+    from ..replay.dispatch import replay_file
 
     result = replay_file(path, progress=False)
     if result.status != "agree":
@@ -273,24 +270,3 @@ def render(d: dict[str, Any]) -> str:
             f" {v['num_drafts'] - base['num_drafts']:+d}, acceptance rate {rate}"
         )
     return "\n".join(lines)
-
-
-@click.command("version-diff")
-@click.argument("log", type=click.Path(dir_okay=False, allow_dash=False))
-@click.option(
-    "--to",
-    "to",
-    multiple=True,
-    metavar="VERSION",
-    help="a release to compare with (e.g. 0.34.0; repeatable); default: every profile",
-)
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
-def version_diff(log: str, to: tuple[str, ...], as_json: bool) -> None:
-    """Show what a log's engine counters (vLLM, llama.cpp) would read under another release's
-    counting (what a dashboard does on upgrade), beside the RFC's counters."""
-    try:
-        d = diff(log, resolve_targets(log, to) or None)
-    except BadInput as exc:
-        click.echo(str(exc), err=True)
-        raise SystemExit(int(ExitCode.BAD_INPUT)) from None
-    click.echo(json.dumps(d, indent=1) if as_json else render(d))

@@ -1,6 +1,6 @@
 """``spectally prove``: run the Z3 property suite and report one line per property.
 
-Loaded lazily by ``spectally.cli`` (``spectally.proofs.cli:prove``), so z3 is needed only here.
+Loaded lazily by ``spectally.commands``, so z3 is needed only here.
 Whether an obligation is proved, refuted or unknown is decided by Z3's resource budget
 (``--rlimit``, deterministic), never by the clock; ``--timeout`` is a far-away safety net.
 Exit status: 0 when every expected-proved property is proved and every expected-refuted one is
@@ -15,12 +15,18 @@ import time
 
 import click
 from spectally.exit_codes import ExitCode
+from spectally.proofs.obligations import DEFAULT_RLIMIT, SAFETY_TIMEOUT_MS, Budget
+from spectally.proofs.runner import run_all, select
 
-from .obligations import DEFAULT_RLIMIT, SAFETY_TIMEOUT_MS, Budget
-from .runner import run_all, select
+from . import exits
 
 
-@click.command()
+@click.command(
+    epilog=exits.epilog(
+        "0 every property as expected (proved, or refuted where a refutation is expected);"
+        " 1 a property is not as expected (the counterexample is printed); 2 usage"
+    )
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.option(
     "--only",

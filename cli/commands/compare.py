@@ -1,6 +1,6 @@
 """``spectally compare LOG_A LOG_B``: two engines' (or releases') acceptance figures.
 
-Both step logs are replayed first; the comparison is in `spectally.comparison`.
+Both step logs are replayed first; the comparison is in `spectally.engine_bridge.compare.engines`.
 """
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ import json
 import sys
 
 import click
-from spectally.exit_codes import EXIT_COMMON, ExitCode, combine
+from spectally.exit_codes import ExitCode, combine
 
-EXIT_HELP = (
-    "Exit codes: 0 both logs replay AGREE and the comparison is printed (comparable or not);"
+from . import exits
+
+EXIT_HELP = exits.epilog(
+    "0 both logs replay AGREE and the comparison is printed (comparable or not);"
     " 1 a log diverges from its profile (its figures cannot be trusted; the divergence is"
-    " printed); 2 bad input or usage; 3 a log is incomplete;"
-    " " + EXIT_COMMON
+    " printed); 2 bad input or usage; 3 a log is incomplete",
+    several=True,
 )
 
 
@@ -26,7 +28,7 @@ EXIT_HELP = (
 def compare(log_a: str, log_b: str, json_out: bool) -> None:
     """Say whether two step logs' acceptance figures are comparable as their engines report
     them, and give both in the RFC's terms side by side with every difference explained."""
-    from spectally.comparison import Side, as_json, render
+    from spectally.engine_bridge.compare.engines import Side, as_json, render
     from spectally.engine_bridge.replay.dispatch import render_summary, replay_file
 
     results = [replay_file(p, reference=True, progress=False) for p in (log_a, log_b)]

@@ -1,0 +1,137 @@
+"""The module paths that moved, and where each one is now.
+
+A dotted path that a doc, a log header or an earlier layout named keeps importing: `MOVED`
+maps every module path that no longer exists to the module that holds its code now, and
+`install` puts `MovedFinder` at the end of ``sys.meta_path`` (``spectally/__init__.py`` does,
+so any ``spectally.*`` import sets it up). An import of an old path returns the current module
+itself (one module object, one set of classes), and ``python -m OLD`` runs the current module
+as ``__main__``. Old paths that are attributes, not modules, are kept by the package that held
+them (``spectally.engine_bridge.vllm.recorder.RecordingScheduler``); the short public paths are
+in `spectally.vllm`.
+
+A path stays here for good: removing one breaks whoever still names it. The finder answers only
+for these names and only after every other finder found nothing, so a real module at an old
+path wins. This module imports nothing of spectally.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from types import CodeType, ModuleType
+
+_BRIDGE = "spectally.engine_bridge"
+_VLLM = f"{_BRIDGE}.vllm"
+
+# old path -> current path: the commands before they shared one package, and the bridge's flat
+# modules before it was arranged by stage.
+MOVED: dict[str, str] = {
+    "spectally.cli": "spectally.commands",
+    "spectally.compare": "spectally.commands.compare",
+    "spectally.explain": "spectally.commands.explain",
+    "spectally.import_engines": "spectally.commands.import_engines",
+    "spectally.import_llamacpp": "spectally.commands.import_llamacpp",
+    "spectally.observe_cli": "spectally.commands.observe",
+    "spectally.parity": "spectally.commands.parity",
+    "spectally.proofs.cli": "spectally.commands.prove",
+    "spectally.spec.vectors_cli": "spectally.commands.vectors",
+    f"{_BRIDGE}.cli": "spectally.commands.replay",
+    "spectally.comparison": f"{_BRIDGE}.compare.engines",
+    f"{_BRIDGE}.parity": f"{_BRIDGE}.compare.parity",
+    f"{_BRIDGE}.version_diff": f"{_BRIDGE}.compare.version_diff",
+    **{
+        f"{_BRIDGE}.{name}": f"{_BRIDGE}.replay.columnar.{name}"
+        for name in (
+            "array_arith",
+            "colblocks",
+            "colbytes",
+            "colkeys",
+            "colread",
+            "colscan",
+            "colseq",
+            "colstore",
+            "jit",
+        )
+    },
+    f"{_BRIDGE}.columnar": f"{_BRIDGE}.replay.columnar.columnar",
+    f"{_BRIDGE}.accounts": f"{_BRIDGE}.replay.accounts",
+    f"{_BRIDGE}.reference_replay": f"{_BRIDGE}.replay.reference_replay",
+    f"{_BRIDGE}.report": f"{_BRIDGE}.replay.report",
+    **{
+        f"{_BRIDGE}.{name}": f"{_BRIDGE}.steplog.{name}"
+        for name in ("limits", "profiles", "records", "release_pin", "source", "translate")
+    },
+    f"{_BRIDGE}.fleet_ray": f"{_BRIDGE}.fleet.ray",
+    f"{_BRIDGE}.fleet_report": f"{_BRIDGE}.fleet.report",
+    f"{_BRIDGE}.synth_varied": f"{_BRIDGE}.synth.varied",
+    **{
+        f"{_VLLM}.{name}": f"{_VLLM}.capture.{name}"
+        for name in (
+            "async_sim",
+            "counting_source",
+            "engine033",
+            "env",
+            "fixtures",
+            "scenarios",
+            "serve_capture",
+            "sim_scheduler",
+            "sim_so",
+            "soak",
+            "sources",
+            "tiny_models",
+        )
+    },
+    **{
+        f"{_VLLM}.{name}": f"{_VLLM}.recorder.{name}"
+        for name in ("backport", "cpu_async", "cpu_kernel_fix", "gpu_worker", "recording")
+    },
+    f"{_VLLM}.steplog": f"{_BRIDGE}.steplog.writer",
+}
+
+
+class _MovedLoader(importlib.abc.Loader):
+    """Loads an old path as the current module itself; runs it under ``python -m``."""
+
+    def __init__(self, current: str) -> None:
+        self.current = current
+        self.own_spec: importlib.machinery.ModuleSpec | None = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(self.current)
+        self.own_spec = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The import system gave the module the old path's spec; it keeps its own.
+        module.__spec__ = self.own_spec
+
+    def get_code(self, fullname: str) -> CodeType:
+        """``python -m OLD``: run the current module as ``__main__`` (runpy asks for this)."""
+        source = (
+            "import runpy\n"
+            f"runpy.run_module({self.current!r}, run_name='__main__', alter_sys=True)\n"
+        )
+        return compile(source, f"<{fullname}: moved to {self.current}>", "exec")
+
+
+class MovedFinder(importlib.abc.MetaPathFinder):
+    """Finds the old paths of `MOVED`, and nothing else."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: object = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        current = MOVED.get(fullname)
+        if current is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(current))
+
+
+def install() -> None:
+    """Put `MovedFinder` last on ``sys.meta_path`` (once)."""
+    if not any(isinstance(finder, MovedFinder) for finder in sys.meta_path):
+        sys.meta_path.append(MovedFinder())

@@ -1,1 +1,0 @@
-../../cli/import_engines.py

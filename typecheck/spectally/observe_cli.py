@@ -1,1 +1,0 @@
-../../cli/observe_cli.py
