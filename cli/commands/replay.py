@@ -221,7 +221,7 @@ def replay(
 
 def _check_html_out(html_out: str, files: tuple[str, ...], metrics: str | None) -> None:
     """--html is none of the logs and not the --metrics scrape (exit 2 before any replay)."""
-    from .steplog.outputs import check_outputs
+    from spectally.engine_bridge.steplog.outputs import check_outputs
 
     try:
         check_outputs(

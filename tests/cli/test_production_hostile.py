@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from spectally.cli import main
+from spectally.commands import main
 from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.steplog.outputs import check_outputs, write_output
 from spectally.engine_bridge.steplog.records import BadInput
@@ -43,7 +43,7 @@ def assert_bad(result: Result, *words: str) -> str:
 def command_after(setup: str, args: list[str]) -> subprocess.CompletedProcess[str]:
     """The real command in a fresh interpreter, after ``setup`` (Python) has run there."""
     code = (
-        f"import sys\n{setup}from spectally.cli import main\n"
+        f"import sys\n{setup}from spectally.commands import main\n"
         f"sys.argv = ['spectally', *{args!r}]\nmain()\n"
     )
     return subprocess.run(
@@ -300,7 +300,7 @@ def test_lint_regex_matches_as_prometheus_anchors_it() -> None:
 def test_replay_of_an_endless_device_ends_with_exit_2(device: str, path: str) -> None:
     args = ["replay", device] + (["--reference"] if path == "reference" else [])
     proc = subprocess.run(
-        [sys.executable, "-m", "spectally.cli", *args],
+        [sys.executable, "-m", "spectally", *args],
         capture_output=True,
         text=True,
         timeout=300,  # a guard against a hang, not a measurement
@@ -318,7 +318,7 @@ def test_replay_of_a_pipe_that_never_ends_a_line() -> None:
     )
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "spectally.cli", "replay", "-"],
+            [sys.executable, "-m", "spectally", "replay", "-"],
             stdin=writer.stdout,
             capture_output=True,
             text=True,
@@ -348,7 +348,7 @@ def test_copy_checked_stops_at_a_control_byte(tmp_path: Path) -> None:
 
 def test_replay_of_gzip_on_stdin_still_agrees(log: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "spectally.cli", "replay", "-"],
+        [sys.executable, "-m", "spectally", "replay", "-"],
         input=gzip.compress(log.read_bytes()),
         capture_output=True,
         timeout=300,
