@@ -162,6 +162,40 @@ def test_a_line_without_verified_reads_as_before(tmp_path: Path) -> None:
     assert totals(found, "log totals")["verified"] is None
 
 
+def test_verified_is_totalled_only_when_every_line_prints_it(tmp_path: Path) -> None:
+    text = line(drafted=60, verified=45, accepted=10, n=20, per_pos=[6, 3, 1])
+    old = text.removesuffix(", Verified: 45 tokens")
+    found = findings_of(tmp_path, text, old)
+    assert totals(found, "log totals") == {
+        "lines": 2,
+        "drafted": 120,
+        "verified": None,
+        "accepted": 20,
+    }
+
+
+@pytest.mark.parametrize(
+    ("counted", "verdict", "needle"),
+    [
+        (45, OK, "Σ Verified 45; "),
+        (44, VIOLATION, "the log intervals count more than the counters"),
+        (47, "note", "ahead by 0 accepted / 0 drafted / 2 verified"),
+    ],
+)
+def test_logged_verified_is_reconciled_with_the_counter(
+    tmp_path: Path, counted: int, verdict: str, needle: str
+) -> None:
+    e = Engine()
+    e.step(60, counted, 10)
+    prom = tmp_path / "s.prom"
+    prom.write_text(e.scrape())
+    log = tmp_path / "x.vllm.log"
+    log.write_text(line(drafted=60, verified=45, accepted=10, n=20, per_pos=[6, 3, 1]) + "\n")
+    (got,) = [f for f in logs.check_files([str(log)], str(prom)) if f.check == "logs vs Prometheus"]
+    assert got.verdict == verdict and needle in got.message, got.message
+    assert f"drafted 60, verified {counted}" in got.message
+
+
 def test_a_cut_verified_field_is_refused_naming_the_layout() -> None:
     text = line(drafted=60, verified=45, accepted=10, n=20, per_pos=[6, 3, 1])
     with pytest.raises(logs.BadInput) as err:
