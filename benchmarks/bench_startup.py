@@ -2,6 +2,7 @@
 
     python benchmarks/bench_startup.py                 # a 200,000-record log, 5 rounds
     python benchmarks/bench_startup.py --records 20000 --rounds 3
+    python benchmarks/bench_startup.py --kind preempted      # the realistic async log
     python benchmarks/bench_startup.py --python /tmp/old/.venv/bin/python --python .venv/bin/python
 
 Every figure is a fresh process, its CPU time (user + system, from
@@ -98,6 +99,13 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
+        "--kind",
+        choices=("uniform", "varied", "preempted"),
+        default="uniform",
+        help="the synthetic log: uniform (synth.steady), varied (synth.varied: async, k=8,"
+        " grammar cuts, AV) or preempted (varied with preemptions, the realistic async log)",
+    )
+    parser.add_argument(
         "--python",
         action="append",
         default=None,
@@ -111,7 +119,11 @@ def main() -> None:
     py = pythons[0]
     fd, big = tempfile.mkstemp(prefix="spectally-bench-startup-", suffix=".ndjson")
     with os.fdopen(fd, "wb") as out:
-        out.writelines(synth.lines(args.records, seed=1))
+        if args.kind == "uniform":
+            out.writelines(synth.lines(args.records, seed=1))
+        else:
+            share = 0.05 if args.kind == "preempted" else 0.0
+            out.writelines(synth.varied.lines(args.records, seed=1, preempt_share=share))
     n = args.records
     alone = {  # without spectally: the first interpreter only
         "python -c pass": [py, "-c", "pass"],

@@ -164,19 +164,49 @@ def guarded(run: Callable[[], Any], args: Sequence[str] | None = None) -> ExitCo
     except click.ClickException as exc:  # usage errors and bad parameters
         exc.show()
         return ExitCode.BAD_INPUT
-    except Exception as exc:
-        try:
-            report = write_report(exc, args)
-        except OSError as why:  # no writable temp dir: still one line, never a traceback
-            report = f"(not written: {why})"
-        summary = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
+        if extra is None:
+            return _internal_error(exc, args)
         click.echo(
-            f"spectally: internal error (a bug in spectally, exit {int(ExitCode.INTERNAL_ERROR)}):"
-            f" {summary}; full report: {report}",
+            f"spectally: this needs {exc.name!r}, which is not installed: install"
+            f" spectally[{extra}] (pip install 'spectally[{extra}]')",
             err=True,
         )
-        return ExitCode.INTERNAL_ERROR
+        return ExitCode.BAD_INPUT
+    except Exception as exc:
+        return _internal_error(exc, args)
     return ExitCode(rv) if isinstance(rv, int) else ExitCode.OK
+
+
+# The optional dependencies' modules, by the extra of pyproject.toml that installs them: a
+# command that reaches one not installed names the extra (exit 2), never an internal error.
+EXTRA_OF_MODULE: dict[str, str] = {
+    **dict.fromkeys(
+        ("jsonschema", "prometheus_client", "tqdm", "msgspec", "numpy", "numba"), "bridge"
+    ),
+    **dict.fromkeys(
+        ("yaml", "promql_parser", "grafana_foundation_sdk", "matplotlib", "re2"), "observe"
+    ),
+    **dict.fromkeys(("z3", "crosshair"), "proofs"),
+    **dict.fromkeys(("aiperf", "pydantic"), "aiperf"),
+    "ray": "ray",
+}
+
+
+def _internal_error(exc: BaseException, args: Sequence[str] | None) -> ExitCode:
+    """Exit 70: one line on stderr naming the full report written to a temp file."""
+    try:
+        report = write_report(exc, args)
+    except OSError as why:  # no writable temp dir: still one line, never a traceback
+        report = f"(not written: {why})"
+    summary = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    click.echo(
+        f"spectally: internal error (a bug in spectally, exit {int(ExitCode.INTERNAL_ERROR)}):"
+        f" {summary}; full report: {report}",
+        err=True,
+    )
+    return ExitCode.INTERNAL_ERROR
 
 
 def write_report(exc: BaseException, args: Sequence[str] | None) -> str:

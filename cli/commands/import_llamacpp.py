@@ -34,16 +34,6 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
-def _same_file(a: str, b: str) -> bool:
-    """Whether two paths name one file (symlinks resolved; a missing one is not the same)."""
-    import os
-
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 @click.command("llamacpp", epilog=EXIT_HELP)
 @click.argument("server_log", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option(
@@ -106,14 +96,19 @@ def llamacpp_cmd(
 
         run_findings(lambda: check_summaries(server_log), as_json)
 
-    from spectally.engine_bridge.llamacpp.importer import import_log, refused_by_replay, write
-
-    for given in (server_log, metrics_before, metrics_after, responses):
-        if given and given != "-" and _same_file(given, out):
-            click.echo(f"{out}:1:1: --out is an input of this command ({given})", err=True)
-            sys.exit(ExitCode.BAD_INPUT)
+    from spectally.engine_bridge.llamacpp.importer import encode, import_log, refused_by_replay
+    from spectally.engine_bridge.steplog.outputs import check_outputs, write_output
 
     try:
+        check_outputs(
+            [("--out", out)],
+            [
+                ("SERVER_LOG", server_log),
+                ("--metrics-before", metrics_before),
+                ("--metrics-after", metrics_after),
+                ("--responses", responses),
+            ],
+        )
         result = import_log(
             server_log,
             metrics_before=metrics_before,
@@ -125,7 +120,7 @@ def llamacpp_cmd(
         )
         if (why := refused_by_replay(result.records, out)) is not None:
             raise BadInput(out, 1, 1, f"not written: the replay would refuse it: {why}")
-        write(result.records, out)
+        write_output(out, b"".join(line + b"\n" for line in encode(result.records)))
     except BadInput as exc:
         click.echo(str(exc), err=True)
         sys.exit(ExitCode.BAD_INPUT)

@@ -60,8 +60,8 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
 
     Check them with `promtool check rules DIR/spectally-rules.yml`; with --tests-from, run
     `promtool test rules DIR/test-*.yml` (from DIR)."""
-    from spectally.engine_bridge.observe import promtest
     from spectally.engine_bridge.observe import rules as gen
+    from spectally.engine_bridge.steplog.outputs import check_output_dir, check_outputs
     from spectally.engine_bridge.steplog.records import BadInput
 
     if logs and window != "5m":
@@ -70,25 +70,73 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
         raise click.UsageError(
             "--tests-from replays vLLM step logs into the vllm, rfc and backport schemes only"
         )
-    os.makedirs(out_dir, exist_ok=True)
+    why = gen.window_error(window)
+    if why is not None:
+        raise click.BadParameter(why, param_hint="--window")
     names = list(schemes) or None
     path = os.path.join(out_dir, "spectally-rules.yml")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(gen.render(names, window))
+    test_paths = _test_paths(out_dir, logs)
+    try:
+        check_output_dir("--out", out_dir)
+        check_outputs(
+            [("--out", p) for p in (path, *test_paths)],
+            [("--tests-from", log) for log in logs],
+            folders_made=True,
+        )
+        tests = []
+        for log, test_path in zip(logs, test_paths, strict=True):
+            tests.append((test_path, _rules_test(log, names)))
+        os.makedirs(out_dir, exist_ok=True)
+        _write(path, gen.render(names, window))
+        for test_path, text in tests:
+            _write(test_path, text)
+    except BadInput as exc:
+        _bad_input(str(exc))
+    except OSError as exc:  # makedirs: a parent that cannot hold the folder
+        _bad_input(f"{out_dir}: cannot write --out: {exc.strerror or exc}")
     click.echo(path)
-    for log in logs:
-        from spectally.engine_bridge.observe.timeline import replay_timeline
-
-        try:
-            tl = replay_timeline(log)
-        except BadInput as exc:
-            _bad_input(str(exc))
-        test = promtest.build_test(tl, "spectally-rules.yml", schemes=names)
-        base = os.path.basename(log).split(".")[0]
-        test_path = os.path.join(out_dir, f"test-{base}.yml")
-        with open(test_path, "w", encoding="utf-8") as f:
-            f.write(promtest.render(test))
+    for test_path in test_paths:
         click.echo(test_path)
+
+
+def _test_paths(out_dir: str, logs: tuple[str, ...]) -> list[str]:
+    """One promtool test file per log, ``test-<name>.yml``; logs of one file name (from two
+    folders) get ``-2``, ``-3``, ... so none overwrites another."""
+    out, seen = [], set()
+    for log in logs:
+        base = os.path.basename(log).split(".")[0] or "log"
+        name, n = base, 1
+        while name in seen:
+            n += 1
+            name = f"{base}-{n}"
+        seen.add(name)
+        out.append(os.path.join(out_dir, f"test-{name}.yml"))
+    return out
+
+
+def _rules_test(log: str, names: list[str] | None) -> str:
+    """The promtool test of one log; `BadInput` for a log the replay refuses or that diverges
+    (a test of a diverging log would pin counts that are not the spec's)."""
+    from spectally.engine_bridge.observe import promtest
+    from spectally.engine_bridge.observe.timeline import replay_timeline
+    from spectally.engine_bridge.steplog.records import BadInput
+
+    tl = replay_timeline(log)
+    if tl.divergence is not None:
+        raise BadInput(
+            log,
+            1,
+            1,
+            f"the log diverges from the reference ({tl.divergence}); run `spectally replay` on"
+            " it: no test written",
+        )
+    return promtest.render(promtest.build_test(tl, "spectally-rules.yml", schemes=names))
+
+
+def _write(path: str, text: str) -> None:
+    from spectally.engine_bridge.steplog.outputs import write_output
+
+    write_output(path, text)
 
 
 @click.command(epilog=exits.epilog("0 the dashboard is written; 2 usage (an unwritable path)"))
@@ -115,13 +163,21 @@ def dashboard(out_file: str, rfc: str, ray: bool) -> None:
     """Write a Grafana dashboard: acceptance rate and length legacy vs rfc, per position,
     drafted / verified / accepted rates."""
     from spectally.engine_bridge.observe import dashboard as gen
+    from spectally.engine_bridge.steplog.outputs import check_outputs
+    from spectally.engine_bridge.steplog.records import BadInput
 
+    try:
+        check_outputs([("--out", out_file)], [])
+    except BadInput as exc:
+        _bad_input(str(exc))
     text = gen.render(rfc, ray)
     if out_file == "-":
         click.echo(text, nl=False)
         return
-    with open(out_file, "w", encoding="utf-8") as f:
-        f.write(text)
+    try:
+        _write(out_file, text)
+    except BadInput as exc:
+        _bad_input(str(exc))
     click.echo(out_file)
 
 
@@ -200,9 +256,11 @@ def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
     """Per-request acceptance of a step log as AIPerf's SpecDecodeAcceptanceRecord (JSON
     Lines), so a benchmark run and a production log compare in one tool (docs/observe.md)."""
     from spectally.engine_bridge.observe import aiperf
+    from spectally.engine_bridge.steplog.outputs import check_outputs
     from spectally.engine_bridge.steplog.records import BadInput
 
     try:
+        check_outputs([("--out", out_file)], [("LOG", log)])
         result = aiperf.export(log, profile)
     except BadInput as exc:
         _bad_input(str(exc))
@@ -220,8 +278,10 @@ def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
     if out_file == "-":
         click.echo(lines, nl=False)
     else:
-        with open(out_file, "w", encoding="utf-8") as f:
-            f.write(lines)
+        try:
+            _write(out_file, lines)
+        except BadInput as exc:
+            _bad_input(str(exc))
     click.echo(
         f"{len(result.records)} records ({profile})"
         + (f", {result.skipped} requests without a spec step skipped" if result.skipped else ""),

@@ -168,6 +168,8 @@ def replay(
             f"--ray took {ray_address!r} as the cluster address; write --ray=ADDRESS (or"
             " --ray=auto), or put --ray after the files"
         )
+    if html_out is not None:
+        _check_html_out(html_out, files, metrics)
     options = ReplayOptions(
         max_divergences=keep_going,
         metrics=metrics,
@@ -202,7 +204,10 @@ def replay(
     if html_out is not None:
         from spectally.engine_bridge.observe.html import write_html
 
-        write_html(html_out, outcomes, metrics)
+        try:
+            write_html(html_out, outcomes, metrics)
+        except BadInput as exc:
+            _bad(exc)
     if len(outcomes) == 1:
         if as_json:
             click.echo(json.dumps(outcomes[0].result, indent=2))
@@ -213,6 +218,18 @@ def replay(
     else:
         click.echo(render_fleet(summary))
     sys.exit(ExitCode(summary["exit_code"]))
+
+
+def _check_html_out(html_out: str, files: tuple[str, ...], metrics: str | None) -> None:
+    """--html is none of the logs and not the --metrics scrape (exit 2 before any replay)."""
+    from spectally.engine_bridge.steplog.outputs import check_outputs
+
+    try:
+        check_outputs(
+            [("--html", html_out)], [*(("LOG", f) for f in files), ("--metrics", metrics)]
+        )
+    except BadInput as exc:
+        _bad(exc)
 
 
 @click.group("import", epilog=IMPORT_EXIT_HELP)

@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 
 import click
-from spectally.engine_bridge.compare.version_diff import diff, render
+from spectally.engine_bridge.compare.version_diff import diff, render, resolve_targets
 from spectally.engine_bridge.steplog.records import BadInput
-from spectally.engine_bridge.steplog.translate import profile_for
 from spectally.exit_codes import ExitCode
-from spectally.reference.profile import PROFILES
 
 from . import exits
 
@@ -34,17 +32,8 @@ from . import exits
 def version_diff(log: str, to: tuple[str, ...], as_json: bool) -> None:
     """Show what a log's engine counters (vLLM, llama.cpp) would read under another release's
     counting (what a dashboard does on upgrade), beside the RFC's counters."""
-    targets: list[str] = []
-    for version in to:
-        name = profile_for("vllm", version)
-        if name is None:
-            raise click.BadParameter(
-                f"no counting profile for vllm {version}; the profiles are {', '.join(PROFILES)}",
-                param_hint="--to",
-            )
-        targets.append(name)
     try:
-        d = diff(log, targets or None)
+        d = diff(log, resolve_targets(log, to) or None)
     except BadInput as exc:
         click.echo(str(exc), err=True)
         raise SystemExit(int(ExitCode.BAD_INPUT)) from None

@@ -26,16 +26,19 @@ from typing import Any
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.profile import (
     FIXED,
+    OLDEST_COUNTS_AS,
     PROFILES,
+    RELEASES,
     CountingProfile,
     GrammarKeep,
     releases_of,
 )
 from spectally.reference.step import Mode, StepInputs, grammar_keeps, legacy_step, rfc_step
 
+from ..steplog.limits import version_error
 from ..steplog.records import BadInput, Record, parse_line
 from ..steplog.source import iter_lines
-from ..steplog.translate import Header, counting_profile
+from ..steplog.translate import Header, counting_profile, profile_for
 
 APPLIED = ("applied",)
 
@@ -106,6 +109,48 @@ def block_inputs(
         applied=applied,
         legacy_reported=applied,
     )
+
+
+def log_engine(path: str) -> str:
+    """The engine the log's header names (`BadInput` for a log without a readable header)."""
+    for lineno, line, has_newline in iter_lines(path):
+        if not line.strip():
+            continue
+        rec = parse_line(path, lineno, line, has_newline)
+        if rec["record"] != "header":
+            break
+        return str(rec["engine"])
+    raise BadInput(path, 1, 1, "no header record: not a step log")
+
+
+def resolve_targets(path: str, versions: tuple[str, ...] | list[str]) -> list[str]:
+    """The counting profiles of ``--to`` ``versions``, read as releases of the log's own
+    engine (a llama.cpp log's ``--to 0.5.0`` is llama.cpp 0.5.0, never vLLM 0.5.0). `BadInput`
+    (exit 2) naming the reason for a version too long to be one, or without a profile: what
+    ``--to`` accepts for this engine, and ``--force-profile`` for replaying such a log."""
+    if not versions:
+        return []
+    engine = log_engine(path)
+    accepted = [prefix for e, prefix, _ in RELEASES if e == engine]
+    older = OLDEST_COUNTS_AS.get(engine)
+    takes = ", ".join(f"{p}.x" for p in accepted) + (
+        f" (and any release before {older[0]})" if older else ""
+    )
+    out: list[str] = []
+    for version in versions:
+        why = version_error("--to", version)
+        if why is None and profile_for(engine, version) is None:
+            why = (
+                f"--to {version!r}: no counting profile for {engine} {version} (no such"
+                f" {engine} release is declared, reference/profile.py RELEASES); for this"
+                f" {engine} log --to takes {takes or 'no release'}. A log of an undeclared"
+                " release replays only with spectally replay --force-profile PROFILE"
+                f" ({', '.join(n for n, p in PROFILES.items() if p.engine == engine)})"
+            )
+        if why is not None:
+            raise BadInput(path, 1, 1, why)
+        out.append(str(profile_for(engine, version)))
+    return out
 
 
 def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:

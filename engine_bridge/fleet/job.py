@@ -182,5 +182,7 @@ def replay_one(path: str, options: ReplayOptions, progress: bool | None = False)
             engine=engine,
             first_divergence=first,
         )
+    except ModuleNotFoundError:  # an optional dependency not installed: the command names it
+        raise
     except Exception as exc:  # a bug, not an input problem: this file's verdict is "internal"
         return internal_error(path, exc)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .job import FileOutcome, ReplayOptions, internal_error, regular_file, replay_one
@@ -51,9 +53,30 @@ def mp_context() -> multiprocessing.context.BaseContext:
 
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
+        # The fork server is `python -c ...`, whose sys.path starts with the working directory,
+        # and it imports the preloaded modules before it takes this process's sys.path: from a
+        # folder holding `spectally/`, that folder would be imported as the package. Python
+        # 3.11's PYTHONSAFEPATH (`_no_working_directory`) keeps it out; without it, no preload
+        # (each worker imports the replay once, with this process's sys.path).
+        ctx.set_forkserver_preload(PRELOAD if sys.version_info >= (3, 11) else [])
         return ctx
     return multiprocessing.get_context("spawn")  # pragma: no cover - no fork server (Windows)
+
+
+@contextmanager
+def _no_working_directory() -> Iterator[None]:
+    """While processes start: PYTHONSAFEPATH=1, so a fork server started now (and the workers
+    it forks) never puts the working directory on sys.path; the fleet's workers import the
+    installed package wherever the user stands."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def _largest_first(paths: Sequence[str], indices: list[int]) -> list[int]:
@@ -82,12 +105,17 @@ def _in_order(n: int, ready: Iterator[tuple[int, FileOutcome]]) -> Iterator[File
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and end the running workers (Ctrl-C, or an error here)."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    processes = getattr(pool, "_processes", None) or {}
-    for proc in list(processes.values()):
+    """Cancel what has not started and end the running workers at once (Ctrl-C, or an error
+    here). The workers are taken before `shutdown`, which forgets them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
         if proc.is_alive():
             proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        proc.join(5)
+        if proc.is_alive():  # pragma: no cover - a worker that ignores SIGTERM
+            proc.kill()
 
 
 def replay_local(
@@ -121,9 +149,11 @@ def _pooled(
         max_workers=min(jobs, len(shippable)), mp_context=mp_context(), initializer=_ignore_sigint
     )
     try:
-        futures: dict[Future[FileOutcome], int] = {
-            pool.submit(replay_one, paths[i], options): i for i in _largest_first(paths, shippable)
-        }
+        with _no_working_directory():  # the first submit starts the fork server and workers
+            futures: dict[Future[FileOutcome], int] = {
+                pool.submit(replay_one, paths[i], options): i
+                for i in _largest_first(paths, shippable)
+            }
         for i in here:
             yield i, replay_one(paths[i], options, False)
         pending = set(futures)
@@ -133,6 +163,8 @@ def _pooled(
                 i = futures[fut]
                 try:
                     yield i, fut.result()
+                except ModuleNotFoundError:  # an extra not installed: the command names it
+                    raise
                 except Exception as exc:  # the worker process died (killed, out of memory)
                     yield i, internal_error(paths[i], exc)
     except BaseException:  # Ctrl-C, or the consumer stopped early: leave no worker behind

@@ -30,6 +30,14 @@ class Finding:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Totals(Finding):
+    """An ``ok`` finding that also carries the counts an importer read (``totals`` in its JSON),
+    so a caller compares them without parsing the message."""
+
+    totals: dict[str, Any] | None = None
+
+
 def render_findings(findings: Iterable[Finding], *, verbose: bool = True) -> str:
     """All findings (``verbose``) or only notes and violations, then a one-line tally."""
     items = list(findings)

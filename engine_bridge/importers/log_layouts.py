@@ -1,4 +1,5 @@
-"""Every layout of vLLM's periodic spec-decode log line, V0 through 0.34, as data.
+"""Every layout of vLLM's periodic spec-decode log line, V0 through 0.34 and the counting fix
+(patches/), as data.
 
 Each `Layout` is vLLM's own format string (``%``-style, as its source passes it to the logger;
 V0's f-string written the same way), the names of its arguments in order, the vLLM releases that
@@ -30,7 +31,8 @@ TRAIL = re.compile(r"(?:\s|`|\"|'|\||\x1b\[[0-9;]*m|</?code>)*")
 class Conv:
     """One ``%`` conversion of a format: the argument it prints and how."""
 
-    name: str  # accepted, drafted, emitted, k, rate, efficiency, mean, acc_tp, dr_tp, per_pos
+    name: str  # accepted, drafted, verified, emitted, k, rate, efficiency, mean, acc_tp, dr_tp,
+    # per_pos
     label: str  # what the line calls it ("Avg Draft acceptance rate")
     kind: str  # "d", "f" or "s"
     digits: int  # decimals of a "f" (3 for the per-position rates of a "s")
@@ -130,6 +132,20 @@ LAYOUTS: tuple[Layout, ...] = (
         "0.10.2-0.34",
         "vllm-project/vllm PR #24127 as merged (vllm/v1/spec_decode/metrics.py"
         " SpecDecodingLogging.log; checked in the 0.10.2, 0.11.0, 0.32.0 and 0.34.0 sources)",
+    ),
+    # the fix's layout after the stock one it extends: a line both depart from at the same
+    # column is named for the stock layout
+    Layout(
+        "v1-mean-first-verified",
+        "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s,"
+        " Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens,"
+        " Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%,"
+        " Verified: %d tokens",
+        ("mean", "acc_tp", "dr_tp", "accepted", "drafted", "per_pos", "rate", "verified"),
+        "the counting fix (patches/): 0.33.0 and 0.34.0 patched",
+        "patches/vllm-0.33.0-spec-decode-counting.patch and"
+        " patches/vllm-0.34.0-spec-decode-counting.patch (vllm/v1/spec_decode/metrics.py"
+        " SpecDecodingLogging.log: v1-mean-first with the interval's verified drafts appended)",
     ),
     Layout(
         "v1-rate-first-throughput",

@@ -1,5 +1,5 @@
-"""vLLM's periodic spec-decode log line, in every layout from V0 to 0.34 (`log_layouts`),
-checked for internal consistency.
+"""vLLM's periodic spec-decode log line, in every layout from V0 to 0.34 and the counting fix's
+(`log_layouts`), checked for internal consistency.
 
 The line is found by its marker (``SpecDecoding metrics:``, or V0's ``Speculative metrics:``)
 wherever it stands, so whatever a log or a paste puts before it is left alone: vLLM's own
@@ -24,7 +24,11 @@ and says so, and a consistent line is never flagged:
   note when they differ: lines of an unnamed engine in between, or a cut paste);
 * V0: D is a multiple of k (vLLM asserts it) and the system efficiency is E / ((D // k)·(k + 1))
   (``get_max_num_emitted_tokens``), within 0.0005;
-* A <= D.
+* A <= D; where the line prints Verified (the counting fix, patches/): D >= V >= A.
+
+Each file ends with one ``ok`` ``log totals`` finding: Σ Drafted, Σ Verified (null unless every
+line prints it) and Σ Accepted over its lines (V0's lines are totals since start: its last one
+counts), ``totals`` in the JSON.
 
 A value the format cannot print whatever the others say (a per-position rate outside [0, 1] or
 NaN, an empty per-position list, a mean below its definition's floor, a negative throughput, a
@@ -43,11 +47,11 @@ from datetime import datetime
 
 from ..steplog.limits import MAX_K, digits_too_long
 from ..steplog.source import BadInput, iter_text_lines
-from .findings import NOTE, OK, VIOLATION, Finding
+from .findings import NOTE, OK, VIOLATION, Finding, Totals
 from .log_layouts import LAYOUTS, MARKERS, Departure, Layout, Parsed, find_marker, match
 
 MARKER = "SpecDecoding metrics:"
-KNOWN_VERSIONS = "0.4.1-0.34"  # the releases whose layouts `LAYOUTS` holds
+KNOWN_VERSIONS = "0.4.1-0.34"  # the releases whose layouts `LAYOUTS` holds (and the fix's)
 POS_HALF_ULP = 0.0005  # f"{p:.3f}"
 EPS = 1e-9
 # vLLM's log prefix: "%(levelname)s %(asctime)s" with datefmt "%m-%d %H:%M:%S"
@@ -72,6 +76,7 @@ class LogLine:
     k: int | None = None  # V0 prints it
     efficiency: float | None = None
     emitted: int | None = None
+    verified: int | None = None  # the counting fix's layout prints it
     stamp: datetime | None = None  # the prefix's mm-dd hh:mm:ss
     origin: str = ""  # the prefix before the timestamp: the printing process
     engine: str = ""  # the "Engine NNN:" stats line just before it from the same process
@@ -140,6 +145,7 @@ def parse_line(path: str, lineno: int, text: str) -> LogLine | None:
         k=count("k"),
         efficiency=num("efficiency"),
         emitted=count("emitted"),
+        verified=count("verified"),
         stamp=stamp,
         origin=origin,
     )
@@ -499,6 +505,12 @@ def check_line(x: LogLine) -> list[Finding]:
     said: list[str] = []
     if x.accepted > x.drafted:
         bad.append(("accepted<=drafted", f"Accepted {x.accepted} > Drafted {x.drafted}"))
+    if x.verified is not None:
+        if x.verified > x.drafted:
+            bad.append(("verified<=drafted", f"Verified {x.verified} > Drafted {x.drafted}"))
+        if x.accepted > x.verified:
+            bad.append(("accepted<=verified", f"Accepted {x.accepted} > Verified {x.verified}"))
+        said.append(f"Drafted {x.drafted} >= Verified {x.verified} >= Accepted {x.accepted}")
     bad += _check_rate(x)
     said.append(f"Accepted {x.accepted}/Drafted {x.drafted} = rate {_shown_rate(x)}")
     if x.k is not None:
@@ -595,27 +607,62 @@ def check_files(paths: list[str], metrics: str | None = None) -> list[Finding]:
                 if interval is not None:
                     findings.append(interval)
             last[(x.origin, x.engine)] = x
+        findings.append(_file_totals(parsed))
     if metrics is not None and lines:
         findings.append(_reconcile(lines, metrics))
     return findings
 
 
+def log_totals(lines: list[LogLine]) -> tuple[int, int | None, int]:
+    """(Σ Drafted, Σ Verified, Σ Accepted) of log lines: the intervals' deltas summed, V0's
+    totals since start by its last line; Verified None unless every line prints it."""
+    deltas = [x for x in lines if x.k is None]
+    totals = [x for x in lines if x.k is not None]  # V0 prints the totals since start
+    drafted = sum(x.drafted for x in deltas) + (totals[-1].drafted if totals else 0)
+    accepted = sum(x.accepted for x in deltas) + (totals[-1].accepted if totals else 0)
+    printed = [x.verified for x in lines if x.verified is not None]
+    verified = sum(printed) if lines and len(printed) == len(lines) else None
+    return drafted, verified, accepted
+
+
+def _file_totals(lines: list[LogLine]) -> Totals:
+    drafted, verified, accepted = log_totals(lines)
+    shown = "no Verified in its layout" if verified is None else f"Σ Verified {verified}"
+    layouts = ", ".join(dict.fromkeys(x.layout.name for x in lines))
+    return Totals(
+        lines[-1].path,
+        lines[-1].line,
+        OK,
+        "log totals",
+        f"{len(lines)} lines ({layouts}): Σ Drafted {drafted}, {shown}, Σ Accepted {accepted}",
+        totals={
+            "lines": len(lines),
+            "drafted": drafted,
+            "verified": verified,
+            "accepted": accepted,
+        },
+    )
+
+
 def _reconcile(lines: list[LogLine], metrics: str) -> Finding:
-    """Σ logged Accepted / Drafted against the final Prometheus counters."""
-    from .prometheus import read_scrapes, spec_totals
+    """Σ logged Accepted / Drafted (and Verified, where both print it) against the final
+    Prometheus counters."""
+    from .prometheus import read_scrapes, spec_totals, verified_total
 
     last = read_scrapes([metrics])[-1]
     k = max((len(x.per_pos or ()) for x in lines), default=1)
     _, tokens, accepted, _ = spec_totals(last, k)
-    deltas = [x for x in lines if x.k is None]
-    totals = [x for x in lines if x.k is not None]  # V0 prints the totals since start
-    acc = sum(x.accepted for x in deltas) + (totals[-1].accepted if totals else 0)
-    dr = sum(x.drafted for x in deltas) + (totals[-1].drafted if totals else 0)
+    dr, ver, acc = log_totals(lines)
+    counted = verified_total(last)
+    both = ver is not None and counted is not None
+    logged = f", Σ Verified {ver}" if both else ""
+    scraped = f", verified {counted}" if both else ""
+    gap = counted - ver if ver is not None and counted is not None else 0
     where = (
-        f"{len(lines)} log lines: Σ Accepted {acc}, Σ Drafted {dr}; {last.path}: accepted"
-        f" {accepted}, drafted {tokens}"
+        f"{len(lines)} log lines: Σ Accepted {acc}, Σ Drafted {dr}{logged}; {last.path}:"
+        f" accepted {accepted}, drafted {tokens}{scraped}"
     )
-    if acc > accepted or dr > tokens:
+    if acc > accepted or dr > tokens or gap < 0:
         return Finding(
             lines[-1].path,
             lines[-1].line,
@@ -623,14 +670,15 @@ def _reconcile(lines: list[LogLine], metrics: str) -> Finding:
             "logs vs Prometheus",
             f"{where}: the log intervals count more than the counters",
         )
-    if acc == accepted and dr == tokens:
+    if acc == accepted and dr == tokens and gap == 0:
         return Finding(lines[-1].path, lines[-1].line, OK, "logs vs Prometheus", where)
+    more = f" / {gap} verified" if both else ""
     return Finding(
         lines[-1].path,
         lines[-1].line,
         NOTE,
         "logs vs Prometheus",
         f"{where}: the counters are ahead by {accepted - acc} accepted /"
-        f" {tokens - dr} drafted, counted after the last log line (the last"
+        f" {tokens - dr} drafted{more}, counted after the last log line (the last"
         " interval is logged only when the next one starts) or before logging began",
     )

@@ -4,6 +4,9 @@ vLLM 0.32 exports, per ``engine`` and ``model_name`` label set, the counters
 ``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
 ``vllm:spec_decode_num_accepted_tokens_total`` and
 ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` (extra label ``position``, 0..k-1).
+vLLM with the counting fix (patches/) also exports
+``vllm:spec_decode_num_verified_draft_tokens_total``, the drafts that entered the target forward
+pass; a scrape without it reads as before, and where it is there the checks below include it.
 
 Served through Ray Serve, vLLM's metrics go through ``ray.util.metrics`` with every character
 outside ``[a-zA-Z0-9_]`` replaced by ``_`` (vllm/v1/metrics/ray_wrappers.py,
@@ -17,7 +20,8 @@ repeats a metric already seen in the current scrape (what concatenated ``curl /m
 looks like). Samples are parsed with ``prometheus_client.parser.text_string_to_metric_families``
 line by line, so each value keeps its line number.
 
-Checks, per scrape and label set (the granularity these counters have): accepted <= drafted,
+Checks, per scrape and label set (the granularity these counters have): accepted <= drafted
+(with the verified counter: drafted >= verified >= accepted),
 Σ per-position accepted == accepted, per-position non-increasing, per-position[0] <= num_drafts,
 accepted and drafted <= k · num_drafts; across consecutive scrapes: every counter is monotone
 and the same invariants hold for the interval deltas. A counter goes back only when its process
@@ -25,7 +29,9 @@ restarts: a decrease with a new ``_created`` timestamp, or with no ``_created`` 
 (Ray's exporter writes none), is a reset, reported as a note; a decrease while ``_created`` stays
 the same is a violation. A series its ``# TYPE`` line declares a gauge is a level, not a running
 total: it is neither required to be monotone nor differenced between scrapes, and the messages
-say which kind each series is. Counts print as exact integers.
+say which kind each series is. Counts print as exact integers. Each file ends with one ``ok``
+``counter totals`` finding: its last scrape's counters summed over label sets (``totals`` in
+the JSON: spec_steps, drafted, verified or null, accepted, accepted_per_pos).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from prometheus_client.samples import Sample
 
 from ..steplog.limits import MAX_INT, MAX_K
 from ..steplog.source import BadInput, iter_text_lines
-from .findings import NOTE, OK, VIOLATION, Finding
+from .findings import NOTE, OK, VIOLATION, Finding, Totals
 
 PREFIX = "vllm:spec_decode_"
 # the same names served through Ray Serve: sanitized to [a-zA-Z0-9_] and prefixed "ray_"
@@ -50,6 +56,8 @@ DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# the counting fix's counter (patches/): optional, so not in SCALARS ("missing counters")
+VERIFIED = "vllm:spec_decode_num_verified_draft_tokens"
 SCALARS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
 
 Labels = tuple[tuple[str, str], ...]
@@ -245,7 +253,7 @@ def _add_sample(scrape: Scrape, name: str, labels: dict[str, str], value: float,
         if position is None or not (position.isascii() and position.isdigit()):
             return
         series.per_pos[int(position)] = (value, line)
-    elif base in SCALARS:
+    elif base in SCALARS or base == VERIFIED:
         series.scalars[base] = (value, line)
 
 
@@ -267,10 +275,26 @@ def spec_totals(
     return drafts, tokens, accepted, per_pos
 
 
+def verified_total(scrape: Scrape, engine: str | None = None) -> int | None:
+    """``num_verified_draft_tokens`` summed over label sets (only ``engine=...`` when given);
+    None when no label set has the series (vLLM without the counting fix)."""
+    values = [
+        int(series.scalars[VERIFIED][0])
+        for labels, series in scrape.series.items()
+        if VERIFIED in series.scalars and (engine is None or dict(labels).get("engine") == engine)
+    ]
+    return sum(values) if values else None
+
+
 def _invariants(
-    drafts: float, tokens: float, accepted: float, per_pos: list[int]
+    drafts: float,
+    tokens: float,
+    accepted: float,
+    per_pos: list[int],
+    verified: float | None = None,
 ) -> list[tuple[str, str | None]]:
-    """(check name, None if it holds else why) for one set of counter values."""
+    """(check name, None if it holds else why) for one set of counter values; ``verified``
+    where the scrape has the counting fix's counter."""
     k = len(per_pos)
     out: list[tuple[str, str | None]] = [
         (
@@ -278,6 +302,23 @@ def _invariants(
             None if accepted <= tokens else f"accepted {count(accepted)} > drafted {count(tokens)}",
         )
     ]
+    if verified is not None:
+        out.append(
+            (
+                "verified<=drafted",
+                None
+                if verified <= tokens
+                else f"{VERIFIED}_total {count(verified)} > {DRAFT_TOKENS}_total {count(tokens)}",
+            )
+        )
+        out.append(
+            (
+                "accepted<=verified",
+                None
+                if accepted <= verified
+                else f"{ACCEPTED}_total {count(accepted)} > {VERIFIED}_total {count(verified)}",
+            )
+        )
     if per_pos:
         total = sum(per_pos)
         out.append(
@@ -339,7 +380,35 @@ def check_scrapes(scrapes: list[Scrape]) -> list[Finding]:
             if prior is not None:
                 findings.extend(_check_interval(prior[0], prior[1], scrape, series))
             previous[labels] = (scrape, series)
+    last: dict[str, Scrape] = {}
+    for scrape in scrapes:
+        if scrape.series:
+            last[scrape.path] = scrape
+    findings.extend(_totals(scrape) for scrape in last.values())
     return findings
+
+
+def _totals(scrape: Scrape) -> Totals:
+    """The last scrape of a file, summed over label sets: what the counters say in total."""
+    k = max((len(series.positions()) for series in scrape.series.values()), default=0)
+    drafts, tokens, accepted, per_pos = spec_totals(scrape, k)
+    verified = verified_total(scrape)
+    shown = "no verified counter" if verified is None else f"verified {verified}"
+    return Totals(
+        scrape.path,
+        scrape.line,
+        OK,
+        "counter totals",
+        f"scrape {scrape.index + 1}, {len(scrape.series)} label sets: drafts {drafts}, drafted"
+        f" {tokens}, {shown}, accepted {accepted}, per_pos {per_pos}",
+        totals={
+            "spec_steps": drafts,
+            "drafted": tokens,
+            "verified": verified,
+            "accepted": accepted,
+            "accepted_per_pos": per_pos,
+        },
+    )
 
 
 def _values(series: Series) -> tuple[float, float, float]:
@@ -348,6 +417,11 @@ def _values(series: Series) -> tuple[float, float, float]:
         series.scalars.get(DRAFT_TOKENS, (0.0, 0))[0],
         series.scalars.get(ACCEPTED, (0.0, 0))[0],
     )
+
+
+def _verified(series: Series) -> float | None:
+    got = series.scalars.get(VERIFIED)
+    return None if got is None else got[0]
 
 
 def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
@@ -380,9 +454,13 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
             )
     drafts, tokens, accepted = _values(series)
     per_pos = series.positions()
-    results = _invariants(drafts, tokens, accepted, per_pos)
+    verified = _verified(series)
+    results = _invariants(drafts, tokens, accepted, per_pos, verified)
+    verified_line = series.scalars.get(VERIFIED, (0.0, series.line()))[1]
     line_of = {
         "accepted<=drafted": series.scalars.get(ACCEPTED, (0.0, series.line()))[1],
+        "verified<=drafted": verified_line,
+        "accepted<=verified": verified_line,
     }
     for check, why in results:
         if why is not None:
@@ -397,7 +475,8 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
                 OK,
                 "counter invariants",
                 f"{where}: {', '.join(held)} (drafts {count(drafts)}, drafted"
-                f" {count(tokens)}, accepted {count(accepted)}, per_pos {per_pos})",
+                f" {count(tokens)},{'' if verified is None else f' verified {count(verified)},'}"
+                f" accepted {count(accepted)}, per_pos {per_pos})",
             )
         )
     return findings
@@ -407,7 +486,7 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
     """One label set from scrape ``s0`` to ``s1``: a gauge is noted and left alone; a decrease
     is a reset or a violation; otherwise the interval's deltas keep the invariants."""
     where = f"scrapes {s0.index + 1}→{s1.index + 1} {b.name()}"
-    gauges = sorted({n for n in (*SCALARS, PER_POS) if s1.kind(n) == "gauge"})
+    gauges = sorted({n for n in (*SCALARS, VERIFIED, PER_POS) if s1.kind(n) == "gauge"})
     if gauges:
         # a gauge is a level: neither monotone nor differenced, and no interval is checked
         return [
@@ -432,7 +511,7 @@ def _decrease(s1: Scrape, a: Series, b: Series, where: str) -> Finding | None:
     known = [n for n in b.created if n in a.created]
     restarted = any(b.created[n] != a.created[n] for n in known)
     decreased: list[str] = []
-    pairs = [(n, a.scalars.get(n), b.scalars.get(n)) for n in SCALARS]
+    pairs = [(n, a.scalars.get(n), b.scalars.get(n)) for n in (*SCALARS, VERIFIED)]
     pairs += [(f"{PER_POS}[{i}]", a.per_pos.get(i), b.per_pos.get(i)) for i in b.per_pos]
     line = b.line()
     for name, old, new in pairs:
@@ -478,7 +557,9 @@ def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[F
     p0 += [0] * (width - len(p0))
     p1 += [0] * (width - len(p1))
     delta_pos = [y - x for x, y in zip(p0, p1, strict=True)]
-    results = _invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos)
+    v0, v1 = _verified(a), _verified(b)
+    delta_verified = None if v0 is None or v1 is None else v1 - v0
+    results = _invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos, delta_verified)
     bad = [(c, why) for c, why in results if why is not None]
     if bad:
         return [
@@ -492,6 +573,7 @@ def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[F
             OK,
             "monotone and interval invariants",
             f"{where}: +{count(d1 - d0)} drafts, +{count(t1 - t0)} drafted,"
+            f"{'' if delta_verified is None else f' +{count(delta_verified)} verified,'}"
             f" +{count(a1 - a0)} accepted",
         )
     ]

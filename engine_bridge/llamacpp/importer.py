@@ -24,14 +24,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..importers.findings import Finding
 from ..steplog import schema
-from ..steplog.limits import MAX_K, version_error
+from ..steplog.limits import MAX_DEPTH, MAX_K, digits_too_long, version_error
 from ..steplog.schema import Record
-from ..steplog.source import BadInput, read_text
+from ..steplog.source import BadInput, line_col, read_text, too_deep
 from . import promtext, serverlog, summaries
 from .profile import ENGINE
 
@@ -263,12 +264,36 @@ def _check_mean(imp: Importer, p: summaries.Summary) -> None:
         )
 
 
+def _check_responses_text(path: str, text: str) -> None:
+    """`BadInput` for a responses file nested deeper than MAX_DEPTH across its lines (json's
+    scanner recurses: a `RecursionError` otherwise), checked on the text before decoding."""
+    deep = too_deep(text)
+    if deep is not None:
+        line, col = line_col(text, deep)
+        raise BadInput(path, line, col, f"JSON nested deeper than the limit {MAX_DEPTH}")
+
+
+def _bounded_int(path: str, text: str) -> Callable[[str], int]:
+    """json's ``parse_int`` hook: `BadInput` for an integer wider than MAX_INT_DIGITS digits
+    (Python's int() stops at 4,300 with a ValueError), decided from the digits alone."""
+
+    def parse(digits: str) -> int:
+        if digits_too_long(digits):
+            line, col = line_col(text, max(text.find(digits), 0))
+            raise BadInput(path, line, col, f"an integer of {len(digits)} digits: beyond 2**63 - 1")
+        return int(digits)
+
+    return parse
+
+
 def read_responses(path: str) -> list[tuple[int, int]]:
     """(draft_n, draft_n_accepted) of every response that drafted (a JSON list or NDJSON)."""
     text = read_text(path)  # plain, gzip or -, bounded lines, strict UTF-8
+    _check_responses_text(path, text)
     items: list[tuple[int, Any]] = []
+    as_int = _bounded_int(path, text)
     try:
-        whole = json.loads(text)
+        whole = json.loads(text, parse_int=as_int)
         if isinstance(whole, dict):
             whole = whole.get("responses", [whole])
         if not isinstance(whole, list):
@@ -278,7 +303,7 @@ def read_responses(path: str) -> list[tuple[int, int]]:
         for no, line in enumerate(text.splitlines(), start=1):
             if line.strip():
                 try:
-                    items.append((no, json.loads(line)))
+                    items.append((no, json.loads(line, parse_int=as_int)))
                 except json.JSONDecodeError as exc:
                     raise BadInput(path, no, exc.colno, f"not JSON: {exc.msg}") from None
     out = []

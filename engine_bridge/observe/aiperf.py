@@ -48,6 +48,7 @@ from typing import Any
 from spectally.reference.counters import Counters
 from spectally.reference.metrics import acceptance_rate, mean_acceptance_length
 
+from ..steplog.records import BadInput
 from .timeline import RequestCounts, replay_timeline
 
 PROFILES = ("rfc", "vllm-legacy")
@@ -102,12 +103,22 @@ def record(rc: RequestCounts, profile: str, engine: str) -> dict[str, Any] | Non
     return out
 
 
-def export(path: str, profile: str = "rfc", engine: str = "vllm") -> Export:
-    """Every request of a step log, as AIPerf records (`BadInput` for a log the replay
-    refuses)."""
+def export(path: str, profile: str = "rfc", engine: str | None = None) -> Export:
+    """Every request of a step log, as AIPerf records labelled with the header's engine
+    (``engine`` overrides it). `BadInput` for a log the replay refuses, and for a log that
+    diverges from the reference: its counts are not the spec's, so nothing is exported."""
     result = Export()
-    for rc in replay_timeline(path, max_points=2).requests:
-        rec = record(rc, profile, engine)
+    timeline = replay_timeline(path, max_points=2)
+    if timeline.divergence is not None:
+        raise BadInput(
+            path,
+            1,
+            1,
+            f"the log diverges from the reference ({timeline.divergence}); run `spectally"
+            " replay` on it: nothing exported",
+        )
+    for rc in timeline.requests:
+        rec = record(rc, profile, engine or timeline.engine_name)
         if rec is None:
             result.skipped += 1
         else:

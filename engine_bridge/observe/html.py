@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from ..fleet import FileOutcome
+from ..steplog.outputs import write_output
 from ..steplog.records import BadInput
 from .timeline import Timeline, replay_timeline, window
 
@@ -280,5 +281,4 @@ def write_html(out: str, outcomes: list[FileOutcome], metrics: str | None = None
 
     fleet = fleet_summary(outcomes, metrics) if len(outcomes) > 1 else None
     text = render([o.result for o in outcomes], fleet)
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(text)
+    write_output(out, text)

@@ -43,8 +43,9 @@ from typing import Any
 import promql_parser as pp
 import yaml
 
+from ..steplog.limits import MAX_DEPTH
 from ..steplog.records import BadInput
-from ..steplog.source import read_text
+from ..steplog.source import line_col, read_text, too_deep
 from . import families as fam
 from .schemes import (
     ACCEPTED_NAMES,
@@ -120,6 +121,10 @@ def queries(path: str) -> list[Query]:
     bare or as the API's ``{"dashboard": ...}``). Anything else raises `BadInput`."""
     text = read_text(path)
     if path.endswith(".json") or text.lstrip().startswith("{"):
+        deep = too_deep(text)
+        if deep is not None:
+            line, col = line_col(text, deep)
+            raise BadInput(path, line, col, f"JSON nested deeper than the limit {MAX_DEPTH}")
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -150,7 +155,57 @@ def _panel_queries(panels: list[Any], row: str = "") -> Iterator[Query]:
                 yield Query(f"panel '{title}'{inside} query {ref}", None, target["expr"])
 
 
+# YAML read before composing, one event at a time: nesting (PyYAML composes recursively) and
+# the rules an alias-laden file expands to (an 18 KB file of aliases can name 9 million rules).
+MAX_YAML_DEPTH = 64
+MAX_RULES = 100_000
+
+
+def _yaml_prescan(path: str, text: str) -> None:
+    """`BadInput` for YAML nested deeper than MAX_YAML_DEPTH (before composing recurses)."""
+    depth = 0
+    try:
+        for event in yaml.parse(text):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    mark = event.start_mark
+                    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+                    raise BadInput(
+                        path, line, col, f"YAML nested deeper than the limit {MAX_YAML_DEPTH}"
+                    )
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError as exc:
+        raise _not_yaml(path, exc) from None
+
+
+def _not_yaml(path: str, exc: yaml.YAMLError) -> BadInput:
+    mark = getattr(exc, "problem_mark", None)
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    return BadInput(path, line, col, f"not YAML: {getattr(exc, 'problem', exc)}")
+
+
+def _duplicate_key(path: str, node: yaml.Node) -> None:
+    """`BadInput` for a rule that names one key twice (YAML's "last key wins" would hide the
+    first ``expr:``; Prometheus's loader refuses it too)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: set[str] = set()
+    for k, _ in node.value:
+        if isinstance(k, yaml.ScalarNode):
+            if k.value in seen:
+                raise BadInput(
+                    path,
+                    k.start_mark.line + 1,
+                    k.start_mark.column + 1,
+                    f"key {k.value!r} appears twice in one rule",
+                )
+            seen.add(k.value)
+
+
 def _rule_queries(path: str, text: str) -> list[Query]:
+    _yaml_prescan(path, text)
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
@@ -162,10 +217,21 @@ def _rule_queries(path: str, text: str) -> list[Query]:
     if not isinstance(groups, yaml.SequenceNode):
         raise BadInput(path, 1, 1, "neither a Grafana dashboard (no panels) nor rules (no groups)")
     out: list[Query] = []
+    seen = 0
     for group in groups.value:
         gname = _scalar(_get(group, "name")) or "?"
         rules = _get(group, "rules")
         for rule in rules.value if isinstance(rules, yaml.SequenceNode) else []:
+            seen += 1
+            if seen > MAX_RULES:
+                raise BadInput(
+                    path,
+                    1,
+                    1,
+                    f"more than {MAX_RULES} rules (YAML aliases expand to each use):"
+                    " refused as no rules file a Prometheus runs",
+                )
+            _duplicate_key(path, rule)
             expr = _get(rule, "expr")
             name = _scalar(_get(rule, "record")) or _scalar(_get(rule, "alert")) or "?"
             kind = "rule" if _get(rule, "record") is not None else "alert"
@@ -260,9 +326,31 @@ def names_of(sel: pp.VectorSelector) -> set[str]:
         elif m.op == pp.MatchOp.NotEqual:
             matched -= {m.value}
         else:
-            hit = {n for n in matched if re.fullmatch(m.value, n)}
+            hit = prom_regex_matches(m.value, matched)
             matched = hit if m.op == pp.MatchOp.Re else matched - hit
     return {fam.canonical(n) for n in matched}
+
+
+class RegexError(ValueError):
+    """A label matcher's regex that RE2 (Prometheus's regex syntax) does not compile."""
+
+
+def prom_regex_matches(pattern: str, names: set[str]) -> set[str]:
+    """The names a matcher's regex accepts, as Prometheus matches it: RE2 syntax (Go's
+    regexp), anchored at both ends, ``.`` matching a newline (Prometheus compiles
+    ``^(?s:PATTERN)$``). RE2 runs in time linear in the input, so no pattern backtracks
+    (Python's ``re`` takes exponential time on ``(.|.)*X`` and rejects RE2's ``\\z``);
+    google-re2 is Google's own binding of the engine. `RegexError` for bad syntax."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    options.dot_nl = True
+    try:
+        compiled = re2.compile(pattern, options)
+    except re2.error as exc:
+        raise RegexError(f"regex {pattern!r} does not compile: {exc}") from None
+    return {n for n in names if compiled.fullmatch(n) is not None}
 
 
 def names_in(node: pp.Expr) -> set[str]:
@@ -634,6 +722,10 @@ def lint_file(path: str) -> list[Finding]:
                 1,
                 f"{q.where}: expression refused: more than {MAX_NODES} syntax nodes",
             )
-        for check, message, fix in check_expr(tree, back):
+        try:
+            hits = check_expr(tree, back)
+        except RegexError as exc:
+            raise BadInput(path, q.line or 1, 1, f"{q.where}: {exc}") from None
+        for check, message, fix in hits:
             findings.append(Finding(path, q.where, q.line, check, message, fix, q.expr))
     return findings

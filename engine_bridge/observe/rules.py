@@ -19,6 +19,7 @@ exports interval gauges only, which no rule can rate.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,32 @@ class Rule:
         if self.annotations:
             d["annotations"] = dict(self.annotations)
         return d
+
+
+# Prometheus's duration grammar (common/model ParseDuration): unit groups in this order, each
+# at most once, a bare number refused; the total in nanoseconds fits a signed 64-bit integer.
+_DURATION = re.compile(
+    r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?"
+)
+_UNIT_MS = (365 * 86400_000, 7 * 86400_000, 86400_000, 3600_000, 60_000, 1000, 1)
+_MAX_DURATION_NS = 2**63 - 1
+
+
+def window_error(window: str) -> str | None:
+    """Why ``window`` is no range a rate() takes in Prometheus (None when it is one): the
+    duration grammar, within 64-bit nanoseconds, and above zero."""
+    m = _DURATION.fullmatch(window) if len(window) <= 64 else None
+    if not window or m is None:
+        return (
+            f"{window!r} is not a Prometheus duration (e.g. 30s, 5m, 1h30m: units y w d h m s ms,"
+            " largest first, each once)"
+        )
+    total_ms = sum(int(g) * unit for g, unit in zip(m.groups(), _UNIT_MS, strict=True) if g)
+    if total_ms * 1_000_000 > _MAX_DURATION_NS:
+        return f"{window!r} is beyond Prometheus's longest duration (about 292 years)"
+    if total_ms == 0:
+        return f"{window!r} is zero: a rate() window must be positive"
+    return None
 
 
 def record_name(level: str, quantity: str, scheme: str, window: str) -> str:

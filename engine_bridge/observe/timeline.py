@@ -59,6 +59,10 @@ class Timeline:
     totals: list[Counters]  # cumulative, one per entry of `steps`
     engine: str = "0"  # the header's engine_index, the label vLLM exports it under
     requests: list[RequestCounts] = field(default_factory=list)  # in the order they ended
+    engine_name: str = "vllm"  # the header's engine (vllm, llama.cpp)
+    # The first divergence from the reference as file:line: reason (the timeline stops there);
+    # None when the log agrees. Writers of what a log counted refuse such a log.
+    divergence: str | None = None
 
 
 def replay_timeline(
@@ -94,7 +98,17 @@ def replay_timeline(
     table = replayer.engine.requests
     requests = list(table.ended) if isinstance(table, _Requests) else []
     requests += [RequestCounts(r, s.status.value, s.counters) for r, s in table.items()]
-    return Timeline(path, replayer.k, steps, totals, str(index or 0), requests)
+    first = replayer.divergences[0] if replayer.divergences else None
+    return Timeline(
+        path,
+        replayer.k,
+        steps,
+        totals,
+        str(index or 0),
+        requests,
+        replayer.header.engine if replayer.header is not None else "vllm",
+        None if first is None else f"{first.path}:{first.line}: {first.reason}",
+    )
 
 
 def _minus(a: Any, b: Any) -> Any:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from spectally.exit_codes import Verdict
 
 from ..steplog.profiles import check_profile
 from ..steplog.records import BadInput, iter_lines
-from ..steplog.source import log_bytes, rereadable
+from ..steplog.source import copy_checked, log_bytes, rereadable
 from .options import ReplayOptions
 from .reference_replay import Replayer, StopReplay
 from .report import (
@@ -138,22 +138,15 @@ def _small(path: str) -> bool:
 
 def _spool(path: str, stack: ExitStack) -> str:
     """A temporary copy of a stream the columnar checker and then the reference replay may
-    both read (stdin, a pipe, a FIFO, process substitution's ``/dev/fd/N``): read once, 1 MiB
-    at a time, so memory stays bounded; removed when ``stack`` closes. A stream that cannot
-    be opened is left to the reference replay's opener, which reports it (exit 2)."""
-    import shutil  # here, for stdin and pipes: a replay of a file skips their import
-    import tempfile
+    both read (stdin, a pipe, a FIFO, process substitution's ``/dev/fd/N``): read once,
+    decompressed, 1 MiB at a time, under the line limit (`source.copy_checked`, so an endless
+    stream ends with exit 2); removed when ``stack`` closes. A stream that cannot be opened is
+    `BadInput` (exit 2) as every reader reports it."""
+    import tempfile  # here, for stdin and pipes: a replay of a file skips its import
 
-    if path == "-":
-        stream: BinaryIO = sys.stdin.buffer
-    else:
-        try:
-            stream = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - the stack closes it
-        except OSError:
-            return path
     spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="spectally-"))  # noqa: SIM115
     try:
-        shutil.copyfileobj(stream, spool, 1 << 20)
+        copy_checked(path, cast(BinaryIO, spool))
     except OSError as exc:
         raise BadInput(path, 1, 1, f"cannot read: {exc.strerror or exc}") from None
     spool.flush()

@@ -107,6 +107,10 @@ class Replayer:
         self.reported_sum = [0, 0, 0]
         self.reported_pos: list[int] = []
         self.totals_record: tuple[int, Record] | None = None
+        # Totals records after the first, each from another source (spec/STEP_LOG.md): a
+        # driver of the earlier recorder appended its own `get_metrics` totals after the
+        # recorder's. Each is checked against the log like the first.
+        self.more_totals: list[tuple[int, Record]] = []
         self.line = 0
 
     # -- driver ----------------------------------------------------------------------------------
@@ -122,7 +126,8 @@ class Replayer:
         kind = rec["record"]
         self.tally.counts[kind] += 1
         if self.totals_record is not None:
-            raise BadInput(self.path, line, 1, "record after the totals record (totals is last)")
+            self._another_totals(line, rec)
+            return
         if kind == "header":
             self._header(line, rec)
             return
@@ -139,6 +144,23 @@ class Replayer:
             self._request(line, rec)
         else:
             self._step_stats(line, rec)
+
+    def _another_totals(self, line: int, rec: Record) -> None:
+        """A record after the first totals record: only another source's totals may follow."""
+        if rec["record"] != "totals":
+            raise BadInput(self.path, line, 1, "record after the totals record (totals is last)")
+        assert self.totals_record is not None
+        sources = [r["source"] for _, r in (self.totals_record, *self.more_totals)]
+        if rec["source"] in sources:
+            raise BadInput(
+                self.path,
+                line,
+                column(rec, "source"),
+                f"a second totals record from the source {rec['source']!r}: each source"
+                " closes a log once",
+            )
+        self._per_pos_length(line, rec)
+        self.more_totals.append((line, rec))
 
     def finish(self) -> None:
         if self.engine is None:
@@ -579,12 +601,12 @@ class Replayer:
                 rows(ref, machine),
             )
         if self.totals_record is not None:
-            line, rec = self.totals_record
-            self.tally.checked += 1
             reported = (*self.reported_sum, self.reported_pos)
-            divergence = totals_divergence(self.path, line, rec, ref, reported)
-            if divergence is not None:
-                self._add(divergence)
+            for line, rec in (self.totals_record, *self.more_totals):
+                self.tally.checked += 1
+                divergence = totals_divergence(self.path, line, rec, ref, reported)
+                if divergence is not None:
+                    self._add(divergence)
         if self.metrics_path is not None:
             self._check_metrics(ref)
 

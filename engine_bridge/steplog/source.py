@@ -132,6 +132,59 @@ def log_bytes(path: str) -> int | None:
     return size
 
 
+# Bytes no line of NDJSON holds: JSON allows only tab, newline and carriage return among the
+# control characters outside strings, and none raw inside them.
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def copy_checked(path: str, out: BinaryIO) -> None:
+    """Copy the decompressed bytes of ``path`` (a stream: stdin, a pipe) to ``out``, MAX_LINE_BYTES
+    at a time, stopping with `BadInput` at the first line longer than that or the first control
+    byte no NDJSON line holds: an endless input (``/dev/zero``, ``/dev/urandom``, a pipe
+    that never ends a line) ends there instead of filling the disk."""
+    stream = open_binary(path)
+    line, run = 1, 0  # the line being read, and its bytes so far
+    try:
+        while True:
+            try:
+                chunk = stream.read(MAX_LINE_BYTES)
+            except _GZIP_ERRORS as exc:
+                raise BadInput(path, line, 1, gzip_error(exc)) from None
+            if not chunk:
+                return
+            bad = _CONTROL.search(chunk)
+            if bad is not None:
+                at = bad.start()
+                nl = chunk.count(b"\n", 0, at)
+                start = chunk.rfind(b"\n", 0, at) + 1
+                col = (run if nl == 0 else 0) + at - start + 1
+                raise BadInput(
+                    path,
+                    line + nl,
+                    col,
+                    f"control byte 0x{chunk[at]:02x}: not a JSON line (is this a step log?)",
+                )
+            last = chunk.rfind(b"\n")
+            if last < 0:
+                run += len(chunk)
+            else:
+                if run + chunk.find(b"\n") > MAX_LINE_BYTES:
+                    break
+                line += chunk.count(b"\n")
+                run = len(chunk) - last - 1
+            if run > MAX_LINE_BYTES:  # (a chunk holds at most the limit: no long line inside)
+                break
+            out.write(chunk)
+    finally:
+        close_stream(stream)
+    raise BadInput(
+        path,
+        line,
+        MAX_LINE_BYTES + 1,
+        f"line longer than the limit of {MAX_LINE_BYTES} bytes (docs/limits.md)",
+    )
+
+
 def close_stream(stream: BinaryIO) -> None:
     if stream is not sys.stdin.buffer:
         stream.close()

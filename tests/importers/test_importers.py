@@ -97,7 +97,8 @@ def test_prometheus_scrapes_of_a_consistent_engine(tmp_path: Path) -> None:
     assert prometheus.spec_totals(scrapes[-1], 3, engine="1") == (4, 12, 4, [4, 0, 0])
     findings = prometheus.check_scrapes(scrapes)
     assert verdicts(findings)[VIOLATION] == 0
-    assert verdicts(findings)[OK] == 4 * 2 + 3 * 2  # per scrape and engine, per interval
+    # per scrape and engine, per interval, and the file's counter totals
+    assert verdicts(findings)[OK] == 4 * 2 + 3 * 2 + 1
 
 
 def _tamper(text: str, sample: str, value: str) -> str:
@@ -194,8 +195,8 @@ def test_log_lines_as_vllm_prints_them(tmp_path: Path) -> None:
     assert lines[0].per_pos == (0.8, 0.5, 0.2, 0.0)
     assert lines[0].mean == 2.5 and lines[0].rate == 37.5
     findings = logs.check_files([str(path)])
-    # three lines, and the two intervals between their timestamps
-    assert verdicts(findings) == {OK: 5, NOTE: 0, VIOLATION: 0}
+    # three lines, the two intervals between their timestamps, and the file's log totals
+    assert verdicts(findings) == {OK: 6, NOTE: 0, VIOLATION: 0}
     assert "num_drafts (not printed) in 10" in findings[0].message
     assert findings[0].message.startswith("v1-mean-first (vLLM 0.10.2-0.34)")
     assert "interval ≈ 10.0s" in findings[0].message

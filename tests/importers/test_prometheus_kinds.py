@@ -83,7 +83,8 @@ def test_ray_serve_scrapes_are_read_per_replica(tmp_path: Path, prefix: str) -> 
     assert prometheus.spec_totals(scrapes[-1], 3) == (6, 17, 7, [5, 2, 0])
     findings = prometheus.check_scrapes(scrapes)
     assert not [f for f in findings if f.verdict == VIOLATION]
-    replicas = {re.search(r'ReplicaId="([^"]+)"', f.message)[1] for f in findings}  # type: ignore[index]
+    per_set = [f for f in findings if f.check != "counter totals"]
+    replicas = {re.search(r'ReplicaId="([^"]+)"', f.message)[1] for f in per_set}  # type: ignore[index]
     assert replicas == {"replica-a", "replica-b"}
     # a tampered replica is caught and named
     tampered = text.replace(
@@ -167,7 +168,11 @@ def test_ray_scrape_through_the_command(tmp_path: Path) -> None:
     unrelated.write_text("ray_serve_deployment_request_counter_total 3\n")
     runner = CliRunner()
     rows = json.loads(runner.invoke(import_group, ["prometheus", "--json", str(scrape)]).stdout)
-    assert [row["verdict"] for row in rows] == [OK]
+    assert [(row["verdict"], row["check"]) for row in rows] == [
+        (OK, "counter invariants"),
+        (OK, "counter totals"),
+    ]
+    assert rows[1]["totals"]["drafted"] == 2 and rows[1]["totals"]["verified"] is None
     assert 'ReplicaId="x"' in rows[0]["message"] and "drafted 2, accepted 1" in rows[0]["message"]
     refused = runner.invoke(import_group, ["prometheus", str(unrelated)])
     assert refused.exit_code == 2

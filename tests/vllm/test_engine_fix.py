@@ -9,9 +9,11 @@ preempt) and an n-gram run with aborts. For every run:
 * the step log's header says ``counting: "rfc"`` (the recorder found the fix in the code it ran)
   and the log replays AGREE under that counting (profile ``vllm-legacy-rfc``, no
   ``--force-profile``): every step's engine stats are the rfc counts of its blocks;
-* vLLM's own Prometheus counters (``spectally import prometheus``) and the sum of its periodic
-  ``SpecDecoding metrics:`` lines (``spectally import logs``) equal the replay's rfc totals:
-  spec steps, drafted, verified and accepted, accepted per position;
+* vLLM's own Prometheus counters and the sum of its periodic ``SpecDecoding metrics:`` lines,
+  as ``spectally import prometheus --json`` and ``spectally import logs --json`` return them
+  (their ``totals``), equal the replay's rfc totals: spec steps, drafted, verified and accepted,
+  accepted per position (the log: drafted, verified, accepted); neither importer finds a
+  violation;
 * drafted >= verified >= accepted in every step's engine stats, every log line and in total;
 * the pair passes ``spectally parity`` (equal spec steps, drafted and accepted per request).
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PATCH_033 = REPO / "patches" / "vllm-0.33.0-spec-decode-counting.patch"
 PATCH_034 = REPO / "patches" / "vllm-0.34.0-spec-decode-counting.patch"
-VERIFIED_RE = re.compile(r"Verified: (\d+) tokens")
 
 pytestmark = pytest.mark.engine
 
@@ -105,45 +105,38 @@ def _replay(log: Path) -> dict[str, Any]:
     return summary
 
 
-def engine_surfaces(run: Path) -> dict[str, Any]:
-    """What vLLM itself reported for the run ``run`` (a ``.ndjson.gz`` path): its Prometheus
-    counters, read by ``import prometheus``'s reader, and its log lines, read by ``import
-    logs``' parser; verified from the same text."""
-    from prometheus_client.parser import text_string_to_metric_families
-    from spectally.engine_bridge.importers import logs, prometheus
+def _imported(kind: str, *args: str) -> list[dict[str, Any]]:
+    """The findings of ``spectally import KIND --json ARGS`` (exit 0, or 1 with violations)."""
+    proc = _spectally("import", kind, "--json", *args)
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
+    findings: list[dict[str, Any]] = json.loads(proc.stdout)
+    return findings
 
+
+def _totals(findings: list[dict[str, Any]], check: str) -> dict[str, Any]:
+    (got,) = [f["totals"] for f in findings if f["check"] == check]
+    result: dict[str, Any] = got
+    return result
+
+
+def engine_surfaces(run: Path) -> dict[str, Any]:
+    """What vLLM itself reported for the run ``run`` (a ``.ndjson.gz`` path), read back through
+    ``spectally import prometheus --json`` (its ``counter totals``) and ``spectally import logs
+    --json`` (its ``log totals``; every line checked, drafted >= verified >= accepted included),
+    with every violation either importer found."""
     name = run.name.removesuffix(".ndjson.gz")
     prom = run.with_name(f"{name}.prom")
     log = run.with_name(f"{name}.vllm.log")
-    for kind, path in (("prometheus", prom), ("logs", log)):
-        proc = _spectally("import", kind, str(path))
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    header = _records(run)[0]
-    k = header["num_speculative_tokens"]
-    (scrape,) = prometheus.read_scrapes([str(prom)])
-    drafts, tokens, accepted, per_pos = prometheus.spec_totals(scrape, k)
-    verified = [
-        int(sample.value)
-        for family in text_string_to_metric_families(prom.read_text())
-        for sample in family.samples
-        if sample.name == "vllm:spec_decode_num_verified_draft_tokens_total"
-    ]
-    lines = []
-    for number, text in enumerate(log.read_text().splitlines(), start=1):
-        parsed = logs.parse_line(str(log), number, text)
-        assert parsed is not None, text
-        found = VERIFIED_RE.search(text)
-        assert found is not None, f"{log.name}:{number}: no verified count: {text}"
-        lines.append((parsed.drafted, int(found.group(1)), parsed.accepted))
+    scraped = _imported("prometheus", str(prom))
+    logged = _imported("logs", str(log), "--metrics", str(prom))
     return {
-        "prometheus": {
-            "spec_steps": drafts,
-            "drafted": tokens,
-            "verified": sum(verified) if verified else None,
-            "accepted": accepted,
-            "accepted_per_pos": per_pos,
-        },
-        "log_lines": lines,
+        "prometheus": _totals(scraped, "counter totals"),
+        "logs": _totals(logged, "log totals"),
+        "violations": [
+            f"{f['path']}:{f['line']}: {f['check']}: {f['message']}"
+            for f in scraped + logged
+            if f["verdict"] == "violation"
+        ],
     }
 
 
@@ -169,12 +162,12 @@ def mismatches(run: Path) -> list[str]:
         for q, v in want.items()
         if got["prometheus"][q] != v
     ]
-    lines = got["log_lines"]
-    sums = [sum(line[i] for line in lines) for i in range(3)]
-    for q, v in zip(("drafted", "verified", "accepted"), sums, strict=True):
-        if v != want[q]:
-            bad.append(f"log lines {q}: engine {v} != rfc {want[q]}")
-    return bad
+    bad += [
+        f"log lines {q}: engine {got['logs'][q]} != rfc {want[q]}"
+        for q in ("drafted", "verified", "accepted")
+        if got["logs"][q] != want[q]
+    ]
+    return bad + got["violations"]
 
 
 def _runs(out: Path) -> dict[str, Path]:
@@ -207,8 +200,11 @@ def test_drafted_verified_accepted_at_every_step(fixed_runs: Path) -> None:
         for s in steps:
             verified = s["meta"]["num_verified_draft_tokens"]
             assert s["num_draft_tokens"] >= verified >= s["num_accepted_tokens"], (name, s)
-        for drafted, verified, accepted in engine_surfaces(run)["log_lines"]:
-            assert drafted >= verified >= accepted, name
+        # `import logs` checks drafted >= verified >= accepted on every line (a violation
+        # otherwise), and its Σ Verified is null unless every line prints Verified
+        got = engine_surfaces(run)
+        assert got["violations"] == [], name
+        assert got["logs"]["lines"] > 0 and got["logs"]["verified"] is not None, name
 
 
 def test_the_runs_cover_structured_output_preemption_aborts_and_real_async(

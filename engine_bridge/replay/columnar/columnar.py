@@ -99,6 +99,7 @@ class Columnar:
         self.force_profile = force_profile
         self.header: Header | None = None
         self.totals_record: tuple[int, Record] | None = None
+        self.more_totals: list[tuple[int, Record]] = []  # other sources' (spec/STEP_LOG.md)
         self.tally = Tally()
         self.table = RequestTable()
         self.shapes: ShapeTable | None = None  # the log's block shapes, folded at the end
@@ -183,8 +184,6 @@ class Columnar:
     def _strip_dicts(self, records: Lines, start: int) -> tuple[Lines, int]:
         """Take the header (line 1) and the totals record (the last line) out of the records
         (lines ``start``, ``start + 1``, ...); returns the rest and its first line."""
-        if self.totals_record is not None and len(records):
-            raise Irregular("a record after the totals record")
         if len(records) and start == 1:
             head = records.objs.get(0)
             if type(head) is not dict or head["record"] != "header":
@@ -202,12 +201,30 @@ class Columnar:
             self.header = header
             self.tally.counts["header"] += 1
             records, start = records.cut(1, len(records)), 2
-        last = records.objs.get(len(records) - 1)
-        if type(last) is dict and last["record"] == "totals":
-            self.totals_record = (start + len(records) - 1, last)
-            self.tally.counts["totals"] += 1
+        # The totals records at the end (one per source; several: spec/STEP_LOG.md).
+        tail: list[tuple[int, Record]] = []
+        while len(records):
+            last = records.objs.get(len(records) - 1)
+            if type(last) is not dict or last["record"] != "totals":
+                break
+            tail.insert(0, (start + len(records) - 1, last))
             records = records.cut(0, len(records) - 1)
+        if self.totals_record is not None and len(records):
+            raise Irregular("a record after the totals record")
+        for line, rec in tail:
+            if self.totals_record is None:
+                self.totals_record = (line, rec)
+            else:
+                self.more_totals.append((line, rec))
+            self.tally.counts["totals"] += 1
+        sources = [r["source"] for _, r in self.all_totals()]
+        if len(set(sources)) != len(sources):
+            raise Irregular("two totals records of one source")
         return records, start
+
+    def all_totals(self) -> list[tuple[int, Record]]:
+        first = [] if self.totals_record is None else [self.totals_record]
+        return first + self.more_totals
 
     def _steps(
         self, records: Lines, start: int, final: bool, whole: bool = False
@@ -386,10 +403,8 @@ class Columnar:
             legacy.num_accepted_tokens,
             list(counters.per_position("legacy_accepted")),
         )
-        if self.totals_record is not None:
-            _, rec = self.totals_record
-            actual = exported_counters(rec)
-            if actual != ref:
+        for _, rec in self.all_totals():
+            if exported_counters(rec) != ref:
                 raise Irregular("totals differ")
             self.tally.checked += 1
         if self.metrics is not None:
