@@ -96,7 +96,7 @@ def replay_file(
         or (lines is None and _small(path))
     ):
         return replay_reference(path, opts, progress=progress, lines=lines)
-    from .columnar.columnar import replay_columnar
+    from .columnar.judge import replay_columnar
 
     with ExitStack() as stack:
         source = path

@@ -393,9 +393,9 @@ def test_ctrl_c_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    from spectally.engine_bridge.replay.columnar import colread
+    from spectally.engine_bridge.replay.columnar import reader
 
-    monkeypatch.setattr(colread, "open_log", interrupted)
+    monkeypatch.setattr(reader, "open_log", interrupted)
     with pytest.raises(KeyboardInterrupt):
         replay_file(str(EXAMPLE), progress=False)
 
