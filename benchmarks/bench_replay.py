@@ -18,13 +18,13 @@ and the replay alike):
 * parse-only baselines over the same file: ``json.loads`` per line, ``orjson.loads`` per line,
   msgspec ``decode_lines`` (untyped) per 4 MiB;
 * ``replay_file`` end to end (the columnar checker; the result must be "agree"), and again
-  with the compiled scanner off (``colread.SCAN = False``: every line through msgspec's typed
+  with the compiled scanner off (``reader.SCAN = False``: every line through msgspec's typed
   decoder, as before the scanner);
-* the decoding alone over the same chunks (``colread.byte_chunks``): the compiled scanner
-  (``colscan.scan``, with the share of lines it takes) and msgspec's typed ``decode_lines``
+* the decoding alone over the same chunks (``reader.byte_chunks``): the compiled scanner
+  (``scanner.scan``, with the share of lines it takes) and msgspec's typed ``decode_lines``
   (what the scanner replaces for the lines it takes);
-* the vector part alone: the time spent inside the whole-array checks (colblocks.check_blocks,
-  colseq.check_step_stats and the end-of-log fold `colblocks.ShapeTable.totals`) during that
+* the vector part alone: the time spent inside the whole-array checks (blocks.check_blocks,
+  sequence.check_step_stats and the end-of-log fold `blocks.ShapeTable.totals`) during that
   replay;
 * the plain reference replay (``--reference``) on the first ``--reference-records`` records.
 
@@ -52,7 +52,7 @@ from typing import Any
 import msgspec
 import orjson
 from spectally.engine_bridge import synth
-from spectally.engine_bridge.replay.columnar import colblocks, colread, colscan, columnar
+from spectally.engine_bridge.replay.columnar import blocks, judge, reader, scanner
 from spectally.engine_bridge.replay.dispatch import replay_file
 
 GENERATORS: dict[str, Callable[..., Iterator[bytes]]] = {
@@ -124,17 +124,17 @@ def parse_msgspec(path: str) -> None:
 def scan_only(path: str) -> float:
     """The byte scanner over the log's chunks; returns the share of lines it takes."""
     taken = lines = 0
-    for chunk in colread.byte_chunks(path, None):
-        found = colscan.scan(chunk)
+    for chunk in reader.byte_chunks(path, None):
+        found = scanner.scan(chunk)
         taken += int(found.taken.sum())
         lines += len(found.taken)
     return taken / max(lines, 1)
 
 
 def typed_decode_only(path: str) -> None:
-    """msgspec's typed decoder (colread's struct types) over the log's chunks."""
-    decode = colread._DECODER.decode_lines
-    for chunk in colread.byte_chunks(path, None):
+    """msgspec's typed decoder (reader's struct types) over the log's chunks."""
+    decode = reader._DECODER.decode_lines
+    for chunk in reader.byte_chunks(path, None):
         decode(chunk)
 
 
@@ -152,19 +152,19 @@ def replay_timed(path: str) -> tuple[float, float]:
 
         return run
 
-    blocks, stats = colblocks.check_blocks, columnar.check_step_stats
-    totals = colblocks.ShapeTable.totals  # the end-of-log fold over the log's shapes
-    columnar.check_blocks = timed(blocks)  # type: ignore[assignment]
-    columnar.check_step_stats = timed(stats)  # type: ignore[assignment]
-    colblocks.ShapeTable.totals = timed(totals)  # type: ignore[method-assign]
+    check, stats = blocks.check_blocks, judge.check_step_stats
+    totals = blocks.ShapeTable.totals  # the end-of-log fold over the log's shapes
+    judge.check_blocks = timed(check)  # type: ignore[assignment]
+    judge.check_step_stats = timed(stats)  # type: ignore[assignment]
+    blocks.ShapeTable.totals = timed(totals)  # type: ignore[method-assign]
     try:
         t0 = time.process_time()
         result = replay_file(path, progress=False)
         total = time.process_time() - t0
     finally:
-        columnar.check_blocks = blocks  # type: ignore[assignment]
-        columnar.check_step_stats = stats  # type: ignore[assignment]
-        colblocks.ShapeTable.totals = totals  # type: ignore[method-assign]
+        judge.check_blocks = check  # type: ignore[assignment]
+        judge.check_step_stats = stats  # type: ignore[assignment]
+        blocks.ShapeTable.totals = totals  # type: ignore[method-assign]
     if (result.status, result.checker) != ("agree", "columnar"):
         raise SystemExit(f"replay of {path}: {result.status} by the {result.checker} path")
     return total, spent[0]
@@ -192,11 +192,11 @@ def throughput(kind: str, n: int, reference_records: int) -> dict[str, Any]:
             total, vector = replay_timed(path)
             times.setdefault("replay s", []).append(total)
             times.setdefault("vector s", []).append(vector)
-            colread.SCAN = False
+            reader.SCAN = False
             try:
                 times.setdefault("replay without scanner s", []).append(replay_timed(path)[0])
             finally:
-                colread.SCAN = True
+                reader.SCAN = True
         row.update((name, min(values)) for name, values in times.items())
         row["scan share"] = scan_only(path)
         if reference_records:
@@ -235,9 +235,9 @@ def startup() -> float:
     code = (
         "import time\n"
         "t0 = time.process_time()\n"
-        "from spectally.engine_bridge.replay.columnar import colscan\n"
-        "assert colscan.compiled()\n"
-        "colscan.scan(b'{}\\n')\n"
+        "from spectally.engine_bridge.replay.columnar import scanner\n"
+        "assert scanner.compiled()\n"
+        "scanner.scan(b'{}\\n')\n"
         "print(time.process_time() - t0)\n"
     )
     runs = [
@@ -255,9 +255,9 @@ def main() -> None:
     parser.add_argument("--memory-sizes", type=int, nargs="*", default=None)
     parser.add_argument("--logs", nargs="*", choices=list(GENERATORS), default=list(GENERATORS))
     args = parser.parse_args()
-    # The compiled path at every size (a replay loads it only from colread.JIT_MIN_LOG_BYTES):
+    # The compiled path at every size (a replay loads it only from reader.JIT_MIN_LOG_BYTES):
     # these figures are the scanner's; bench_startup.py measures what a small log costs.
-    colread.JIT_MIN_LOG_BYTES = 0
+    reader.JIT_MIN_LOG_BYTES = 0
     n = args.records or (100_000 if args.quick else 1_000_000)
     sizes = args.memory_sizes
     if sizes is None:

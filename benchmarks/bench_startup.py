@@ -17,7 +17,7 @@ other load), best of ``--rounds``:
   users replay many small logs, one per engine restart, so start-up counts;
 * the floors of such a replay: ``import numpy, msgspec`` (what the columnar checker cannot do
   without), the columnar checker's import alone, and a process that imports the typed
-  decoder's struct types (colread.py) and decodes the synthetic log with them, chunk by chunk
+  decoder's struct types (reader.py) and decodes the synthetic log with them, chunk by chunk
   as the replay reads it (msgspec's typed ``decode_lines``), nothing else.
 
 The floors run with ``OPENBLAS_NUM_THREADS=1``, as the command line sets it for every
@@ -63,7 +63,7 @@ JSON_LOADS = (
 )
 TYPED_DECODE = (
     "import sys, msgspec\n"
-    "from spectally.engine_bridge.replay.columnar import colread as c\n"
+    "from spectally.engine_bridge.replay.columnar import reader as c\n"
     "types = c.RequestStep | c.Request | c.StepStats | c.HeaderLine | c.TotalsLine\n"
     "decode = msgspec.json.Decoder(types).decode_lines\n"
     "for chunk in c.byte_chunks(sys.argv[1], None):\n"

@@ -24,9 +24,21 @@ from types import CodeType, ModuleType
 
 _BRIDGE = "spectally.engine_bridge"
 _VLLM = f"{_BRIDGE}.vllm"
+_COLUMNAR = f"{_BRIDGE}.replay.columnar"
+# the columnar judge's modules, once named with a ``col`` prefix inside a ``columnar`` package
+_COL_PREFIXED = {
+    "colblocks": "blocks",
+    "colbytes": "key_bytes",
+    "colkeys": "hashing",
+    "colread": "reader",
+    "colscan": "scanner",
+    "colseq": "sequence",
+    "colstore": "store",
+}
 
-# old path -> current path: the commands before they shared one package, and the bridge's flat
-# modules before it was arranged by stage.
+# old path -> current path: the commands before they shared one package, the bridge's flat
+# modules before it was arranged by stage, and the columnar judge's modules before their names
+# lost the ``col`` prefix.
 MOVED: dict[str, str] = {
     "spectally.cli": "spectally.commands",
     "spectally.compare": "spectally.commands.compare",
@@ -41,21 +53,12 @@ MOVED: dict[str, str] = {
     "spectally.comparison": f"{_BRIDGE}.compare.engines",
     f"{_BRIDGE}.parity": f"{_BRIDGE}.compare.parity",
     f"{_BRIDGE}.version_diff": f"{_BRIDGE}.compare.version_diff",
-    **{
-        f"{_BRIDGE}.{name}": f"{_BRIDGE}.replay.columnar.{name}"
-        for name in (
-            "array_arith",
-            "colblocks",
-            "colbytes",
-            "colkeys",
-            "colread",
-            "colscan",
-            "colseq",
-            "colstore",
-            "jit",
-        )
-    },
-    f"{_BRIDGE}.columnar": f"{_BRIDGE}.replay.columnar.columnar",
+    f"{_BRIDGE}.array_arith": f"{_COLUMNAR}.array_arith",
+    f"{_BRIDGE}.jit": f"{_COLUMNAR}.jit",
+    f"{_BRIDGE}.columnar": f"{_COLUMNAR}.judge",
+    f"{_COLUMNAR}.columnar": f"{_COLUMNAR}.judge",
+    **{f"{_BRIDGE}.{old}": f"{_COLUMNAR}.{new}" for old, new in _COL_PREFIXED.items()},
+    **{f"{_COLUMNAR}.{old}": f"{_COLUMNAR}.{new}" for old, new in _COL_PREFIXED.items()},
     f"{_BRIDGE}.accounts": f"{_BRIDGE}.replay.accounts",
     f"{_BRIDGE}.reference_replay": f"{_BRIDGE}.replay.reference_replay",
     f"{_BRIDGE}.report": f"{_BRIDGE}.replay.report",

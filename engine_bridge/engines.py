@@ -4,7 +4,10 @@ One `CountingDeclaration` per engine (and per release whose counting differs), e
 the source that makes it so. The replay counts step logs under the profiles of
 ``reference/profile.py`` (vLLM, llama.cpp); this module says what each engine *reports*, for
 `spectally compare`, `spectally explain`, the importers of SGLang and TensorRT-LLM output, and
-docs/engines.md. ``evidence`` says how each declaration is known:
+docs/engines.md. Each is named for what it is, ``<ENGINE>_REPORTS`` (``VLLM_LEGACY_REPORTS``: what
+vLLM before 0.34 reports), apart from the counting profiles of the same engines
+(``reference.profile.VLLM_LEGACY``: how the replay counts). ``evidence`` says how each
+declaration is known:
 
 * ``replayed``: real engine runs recorded here are replayed and agree (vLLM 0.32, llama.cpp);
 * ``source-pinned``: read in the engine's released source, the counting functions' text hashed
@@ -64,7 +67,7 @@ class CountingDeclaration:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-LLAMACPP = CountingDeclaration(
+LLAMACPP_REPORTS = CountingDeclaration(
     profile="llama.cpp",
     engine="llama.cpp",
     grammar_cut="never",
@@ -119,7 +122,7 @@ LLAMACPP = CountingDeclaration(
     },
 )
 
-VLLM_LEGACY = CountingDeclaration(
+VLLM_LEGACY_REPORTS = CountingDeclaration(
     profile="vllm-legacy",
     engine="vllm",
     grammar_cut="before_forward",
@@ -153,13 +156,13 @@ VLLM_LEGACY = CountingDeclaration(
 
 # vLLM 0.34.0 as its source reads (the replay counts it with reference/profile.py's VLLM_034):
 # vllm-legacy but for the grammar.
-VLLM_034 = replace(
-    VLLM_LEGACY,
+VLLM_034_REPORTS = replace(
+    VLLM_LEGACY_REPORTS,
     profile="vllm-0.34",
     grammar_cut="keeps_first_invalid",
     grammar_forbidden_drafted="first_per_block",
     why={
-        **VLLM_LEGACY.why,
+        **VLLM_LEGACY_REPORTS.why,
         "grammar_cut": "vllm/v1/structured_output/__init__.py"
         " StructuredOutputManager.trim_spec_tokens keeps the valid prefix plus the first invalid"
         " draft (sync); async Scheduler.update_draft_token_ids_in_output no longer validates"
@@ -171,7 +174,7 @@ VLLM_034 = replace(
 )
 
 _SGL = "srt/managers/scheduler_components/"
-SGLANG = CountingDeclaration(
+SGLANG_REPORTS = CountingDeclaration(
     profile="sglang-0.5",
     engine="sglang",
     grammar_cut="never",
@@ -234,8 +237,8 @@ SGLANG = CountingDeclaration(
     },
 )
 
-LMDEPLOY = replace(
-    SGLANG,
+LMDEPLOY_REPORTS = replace(
+    SGLANG_REPORTS,
     profile="lmdeploy-0.18",
     engine="lmdeploy",
     exported_as="lmdeploy:spec_decode_*",
@@ -252,7 +255,7 @@ LMDEPLOY = replace(
     },
 )
 
-TRTLLM = CountingDeclaration(
+TRTLLM_REPORTS = CountingDeclaration(
     profile="trtllm",
     engine="tensorrt-llm",
     grammar_cut="unknown",
@@ -290,9 +293,33 @@ TRTLLM = CountingDeclaration(
 
 # The profiles a step log is replayed under (`spectally compare` names these).
 DECLARATIONS: dict[str, CountingDeclaration] = {
-    d.profile: d for d in (LLAMACPP, VLLM_LEGACY, VLLM_034)
+    d.profile: d for d in (LLAMACPP_REPORTS, VLLM_LEGACY_REPORTS, VLLM_034_REPORTS)
 }
 # Every engine declared, replayable or not.
 ENGINES: dict[str, CountingDeclaration] = {
-    d.profile: d for d in (LLAMACPP, VLLM_LEGACY, VLLM_034, SGLANG, LMDEPLOY, TRTLLM)
+    d.profile: d
+    for d in (
+        LLAMACPP_REPORTS,
+        VLLM_LEGACY_REPORTS,
+        VLLM_034_REPORTS,
+        SGLANG_REPORTS,
+        LMDEPLOY_REPORTS,
+        TRTLLM_REPORTS,
+    )
 }
+
+# The names these declarations had before they were told apart from the counting profiles of
+# reference/profile.py; docs named them, so they keep importing.
+EARLIER_NAMES: dict[str, str] = {
+    name: f"{name}_REPORTS"
+    for name in ("LLAMACPP", "VLLM_LEGACY", "VLLM_034", "SGLANG", "LMDEPLOY", "TRTLLM")
+}
+
+
+def __getattr__(name: str) -> CountingDeclaration:
+    """An earlier name (`EARLIER_NAMES`) gives its declaration."""
+    current = EARLIER_NAMES.get(name)
+    if current is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    declaration: CountingDeclaration = globals()[current]
+    return declaration

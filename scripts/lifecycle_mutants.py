@@ -1,4 +1,4 @@
-"""Deliberate bugs in the lifecycle pass's shortcuts (engine_bridge/replay/columnar/colseq.py):
+"""Deliberate bugs in the lifecycle pass's shortcuts (engine_bridge/replay/columnar/sequence.py):
 plain ends (`RequestTable._plain_ends`), each of which must fail tests/columnar/test_colseq.py,
 whose differential test runs the pass with the shortcut and without it; and the walk of a
 request's applied blocks stopped once its state is settled (`RequestTable.lifecycle`),
@@ -6,8 +6,8 @@ caught there or by tests/columnar/test_columnar_lifecycle.py (columnar against r
 
     .venv/bin/python scripts/lifecycle_mutants.py   # a few seconds to a minute a mutant
 
-Each mutant rewrites colseq.py in place, runs the test file and puts the file back (also on
-Ctrl-C), so run it on a clean checkout (it refuses a modified colseq.py). Prints one line a
+Each mutant rewrites sequence.py in place, runs the test file and puts the file back (also on
+Ctrl-C), so run it on a clean checkout (it refuses a modified sequence.py). Prints one line a
 mutant: CAUGHT (the tests failed) or MISSED; exits 1 if any is missed. One mutant is listed
 as equivalent: it changes no verdict, and is kept to say so.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 from scanner_mutants import run_all  # the same runner: rewrite, run the tests, report
 
 REPO = Path(__file__).resolve().parent.parent
-MODULE = REPO / "engine_bridge" / "replay" / "columnar" / "colseq.py"
+MODULE = REPO / "engine_bridge" / "replay" / "columnar" / "sequence.py"
 TESTS = "tests/columnar/test_colseq.py tests/columnar/test_columnar_lifecycle.py"
 
-# (name, text in colseq.py, replacement)
+# (name, text in sequence.py, replacement)
 MUTANTS = [
     ("more than two events taken", "if len(own) > 2 or rid in life:",
      "if len(own) > 3 or rid in life:"),

@@ -1,6 +1,6 @@
 """Deliberate bugs in giving a chunk's last step back to the reader
-(engine_bridge/replay/columnar/colread.py, `ByteChunks`;
-engine_bridge/replay/columnar/columnar.py, `Columnar.run`): each must fail its tests
+(engine_bridge/replay/columnar/reader.py, `ByteChunks`;
+engine_bridge/replay/columnar/judge.py, `Columnar.run`): each must fail its tests
 (tests/columnar/test_colread.py for the reader; tests/columnar/test_columnar_chunks.py and
 tests/columnar/test_columnar_cut.py for the checker's use of it).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from scanner_mutants import run_all  # the same runner: rewrite, run the tests, report
 
 REPO = Path(__file__).resolve().parent.parent
-READER = REPO / "engine_bridge" / "replay" / "columnar" / "colread.py"
+READER = REPO / "engine_bridge" / "replay" / "columnar" / "reader.py"
 CHECKER = REPO / "engine_bridge" / "replay" / "columnar" / "columnar.py"
 TESTS = {
     READER: "tests/columnar/test_colread.py",

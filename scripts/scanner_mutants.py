@@ -1,6 +1,6 @@
 """Deliberate bugs in the compiled kernels: each must fail its tests. The scanner
-(engine_bridge/replay/columnar/colscan.py) against tests/columnar/test_colscan.py, the shape keys
-(engine_bridge/replay/columnar/colkeys.py) against tests/columnar/test_colblocks_shapes.py.
+(engine_bridge/replay/columnar/scanner.py) against tests/columnar/test_colscan.py, the shape keys
+(engine_bridge/replay/columnar/hashing.py) against tests/columnar/test_colblocks_shapes.py.
 
     .venv/bin/python scripts/scanner_mutants.py          # about 1 minute a mutant (recompiles)
     .venv/bin/python scripts/scanner_mutants.py control  # only mutants whose name has "control"
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCANNER = REPO / "engine_bridge" / "replay" / "columnar" / "colscan.py"
-KEYS = REPO / "engine_bridge" / "replay" / "columnar" / "colkeys.py"
+SCANNER = REPO / "engine_bridge" / "replay" / "columnar" / "scanner.py"
+KEYS = REPO / "engine_bridge" / "replay" / "columnar" / "hashing.py"
 TESTS = {SCANNER: "tests/columnar/test_colscan.py", KEYS: "tests/columnar/test_colblocks_shapes.py"}
 
-# (name, text in colscan.py, replacement)
+# (name, text in scanner.py, replacement)
 MUTANTS = [
     ("19 digits taken", "if digits > MAX_DIGITS or", "if digits > MAX_DIGITS + 1 or"),
     (
@@ -88,7 +88,7 @@ MUTANTS = [
     ),
     ("spaced key sizes compact", "_KEY_N[style, key]", "_KEY_N[0, key]"),
 ]
-# (name, text in colkeys.py, replacement)
+# (name, text in hashing.py, replacement)
 KEY_MUTANTS = [
     ("bound off by one", "return not worst > limit", "return not worst >= limit"),
     ("no bound check", "return not worst > limit", "return True"),

@@ -38,18 +38,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(autouse=True)
 def _scan_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled scanner on every chunk, however small: a replay reaches it only from
-    `colscan.MIN_BYTES` a chunk, and the tests' logs are small, yet it is the scanner that
-    has to be exact. The same for the compiled shape keys (`colkeys.MIN_ROWS` blocks), for
-    the log size that loads them (`colread.JIT_MIN_LOG_BYTES`) and for the size under which
+    `scanner.MIN_BYTES` a chunk, and the tests' logs are small, yet it is the scanner that
+    has to be exact. The same for the compiled shape keys (`hashing.MIN_ROWS` blocks), for
+    the log size that loads them (`reader.JIT_MIN_LOG_BYTES`) and for the size under which
     a replay goes to the reference directly (`dispatch.REFERENCE_MAX_BYTES`).
     (CLI tests in a subprocess keep the production thresholds.)"""
     from spectally.engine_bridge.replay import dispatch
-    from spectally.engine_bridge.replay.columnar import colkeys, colread, colscan
+    from spectally.engine_bridge.replay.columnar import hashing, reader, scanner
 
     monkeypatch.setattr(dispatch, "REFERENCE_MAX_BYTES", 0)
-    monkeypatch.setattr(colread, "JIT_MIN_LOG_BYTES", 0)
-    monkeypatch.setattr(colscan, "MIN_BYTES", 0)
-    monkeypatch.setattr(colkeys, "MIN_ROWS", 0)
+    monkeypatch.setattr(reader, "JIT_MIN_LOG_BYTES", 0)
+    monkeypatch.setattr(scanner, "MIN_BYTES", 0)
+    monkeypatch.setattr(hashing, "MIN_ROWS", 0)
 
 
 # -- coverage: measured where the reference itself is tested -------------------------------------

@@ -117,7 +117,7 @@ def _vllm_log(path: str, no: int, text: str) -> tuple[str, str] | None:
 
 
 def explain(path: str) -> Explanation:
-    from spectally.engine_bridge.engines import LLAMACPP, SGLANG, TRTLLM
+    from spectally.engine_bridge.engines import LLAMACPP_REPORTS, SGLANG_REPORTS, TRTLLM_REPORTS
     from spectally.engine_bridge.steplog.source import BadInput
 
     lines = _head(path)
@@ -224,7 +224,9 @@ def explain(path: str) -> Explanation:
                 ),
             ],
         )
-    return _explain_log(path, lines, LLAMACPP.engine, SGLANG.engine, TRTLLM.engine)
+    return _explain_log(
+        path, lines, LLAMACPP_REPORTS.engine, SGLANG_REPORTS.engine, TRTLLM_REPORTS.engine
+    )
 
 
 def _explain_json(path: str, rec: dict[str, Any]) -> Explanation:

@@ -5,7 +5,7 @@ counts the same blocks under the RFC's definitions). The engines' figures are co
 reported when both logs count by the same profile, or when each engine's reported counters
 already equal the RFC's on these logs. Otherwise each difference is named: the shift of each
 log (what its engine leaves out of or adds to the RFC's counts, `report.explain_shift`) and the
-counting declarations that differ (engine_bridge/llamacpp/profile.py), with whether these logs
+counting declarations that differ (engine_bridge/engines.py), with whether these logs
 exercise them.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from spectally.engine_bridge.llamacpp.profile import DECLARATIONS, CountingDeclaration
+from spectally.engine_bridge.engines import DECLARATIONS, CountingDeclaration
 from spectally.engine_bridge.replay.dispatch import ReplayResult
 
 REPORTED = ("drafted", "accepted", "spec_steps")

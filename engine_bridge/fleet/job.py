@@ -163,7 +163,7 @@ def replay_one(path: str, options: ReplayOptions, progress: bool | None = False)
     (in-process, local worker process, Ray task)."""
     try:
         engine = read_engine_info(path, options.force_profile)
-        result = replay_file(path, progress=progress, **options.arguments())
+        result = replay_file(path, options, progress=progress)
         first: str | None = None
         if result.bad_input is not None:
             first = str(result.bad_input)

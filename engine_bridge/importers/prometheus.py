@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from ..steplog.limits import MAX_INT, MAX_K
 from ..steplog.source import BadInput, iter_text_lines
@@ -169,17 +170,23 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
             scrapes.append(current)
         if not line.startswith(PREFIXES):
             continue
-        try:
-            families = list(text_string_to_metric_families(line + "\n"))
-        except (ValueError, IndexError, KeyError, TypeError) as exc:
-            raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
-        for family in families:
-            for sample in family.samples:
-                labels = dict(sample.labels)
-                _check_sample(path, lineno, raw, sample.name, labels, sample.value)
-                _add_sample(current, sample.name, labels, sample.value, lineno)
-                found = True
+        for sample in samples_of_line(path, lineno, line):
+            labels = dict(sample.labels)
+            _check_sample(path, lineno, raw, sample.name, labels, sample.value)
+            _add_sample(current, sample.name, labels, sample.value, lineno)
+            found = True
     return found
+
+
+def samples_of_line(path: str, lineno: int, line: str) -> list[Sample]:
+    """The samples of one exposition line (a sample line, not a comment), parsed by
+    ``prometheus_client``'s parser; `BadInput` naming ``path:lineno`` if it is malformed. Every
+    reader of Prometheus text here (vLLM's scrapes, llama-server's) parses through this."""
+    try:
+        families = list(text_string_to_metric_families(line + "\n"))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise BadInput(path, lineno, 1, f"bad Prometheus sample line: {exc}") from None
+    return [sample for family in families for sample in family.samples]
 
 
 def _check_sample(
@@ -476,12 +483,13 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
 
 
 def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Finding]:
+    """One label set from scrape ``s0`` to ``s1``: a gauge is noted and left alone; a decrease
+    is a reset or a violation; otherwise the interval's deltas keep the invariants."""
     where = f"scrapes {s0.index + 1}→{s1.index + 1} {b.name()}"
-    findings: list[Finding] = []
     gauges = sorted({n for n in (*SCALARS, VERIFIED, PER_POS) if s1.kind(n) == "gauge"})
     if gauges:
         # a gauge is a level: neither monotone nor differenced, and no interval is checked
-        findings.append(
+        return [
             Finding(
                 s1.path,
                 b.line(),
@@ -490,8 +498,16 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
                 f"{where}: {', '.join(gauges)} declared gauge (# TYPE): a level, not a running"
                 " total, so neither required to grow nor differenced between scrapes",
             )
-        )
-        return findings
+        ]
+    went_back = _decrease(s1, a, b, where)
+    if went_back is not None:
+        return [went_back]
+    return _interval_invariants(s1, a, b, where)
+
+
+def _decrease(s1: Scrape, a: Series, b: Series, where: str) -> Finding | None:
+    """A counter that went back from ``a`` to ``b``: a reset (a new ``_created``, or none to
+    tell) or a violation (``_created`` the same); None if none went back."""
     known = [n for n in b.created if n in a.created]
     restarted = any(b.created[n] != a.created[n] for n in known)
     decreased: list[str] = []
@@ -505,35 +521,35 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
             if not decreased:
                 line = new[1]
             decreased.append(f"{name} {count(old[0])} → {count(new[0])}")
-    if decreased:
-        if restarted or not known:
-            why = (
-                "new _created"
-                if restarted
-                else "no _created sample to confirm it; a counter goes back only when its"
-                " process restarts"
-            )
-            findings.append(
-                Finding(
-                    s1.path,
-                    line,
-                    NOTE,
-                    "counter reset",
-                    f"{where}: counters reset ({why}): {'; '.join(decreased)}",
-                )
-            )
-            return findings
-        findings.append(
-            Finding(
-                s1.path,
-                line,
-                VIOLATION,
-                "monotone",
-                f"{where}: a counter decreased while its _created stayed the same (no restart):"
-                f" {'; '.join(decreased)}",
-            )
+    if not decreased:
+        return None
+    if restarted or not known:
+        why = (
+            "new _created"
+            if restarted
+            else "no _created sample to confirm it; a counter goes back only when its"
+            " process restarts"
         )
-        return findings
+        return Finding(
+            s1.path,
+            line,
+            NOTE,
+            "counter reset",
+            f"{where}: counters reset ({why}): {'; '.join(decreased)}",
+        )
+    return Finding(
+        s1.path,
+        line,
+        VIOLATION,
+        "monotone",
+        f"{where}: a counter decreased while its _created stayed the same (no restart):"
+        f" {'; '.join(decreased)}",
+    )
+
+
+def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[Finding]:
+    """The counter invariants over the deltas from ``a`` to ``b``: a violation per broken one,
+    else one ok with the interval's growth."""
     d0, t0, a0 = _values(a)
     d1, t1, a1 = _values(b)
     p0, p1 = a.positions(), b.positions()
@@ -545,23 +561,22 @@ def _check_interval(s0: Scrape, a: Series, s1: Scrape, b: Series) -> list[Findin
     delta_verified = None if v0 is None or v1 is None else v1 - v0
     results = _invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos, delta_verified)
     bad = [(c, why) for c, why in results if why is not None]
-    for check, why in bad:
-        findings.append(
+    if bad:
+        return [
             Finding(s1.path, b.line(), VIOLATION, f"interval {check}", f"{where}: {why}")
+            for check, why in bad
+        ]
+    return [
+        Finding(
+            s1.path,
+            b.line(),
+            OK,
+            "monotone and interval invariants",
+            f"{where}: +{count(d1 - d0)} drafts, +{count(t1 - t0)} drafted,"
+            f"{'' if delta_verified is None else f' +{count(delta_verified)} verified,'}"
+            f" +{count(a1 - a0)} accepted",
         )
-    if not bad:
-        findings.append(
-            Finding(
-                s1.path,
-                b.line(),
-                OK,
-                "monotone and interval invariants",
-                f"{where}: +{count(d1 - d0)} drafts, +{count(t1 - t0)} drafted,"
-                f"{'' if delta_verified is None else f' +{count(delta_verified)} verified,'}"
-                f" +{count(a1 - a0)} accepted",
-            )
-        )
-    return findings
+    ]
 
 
 def check_files(paths: list[str]) -> list[Finding]:

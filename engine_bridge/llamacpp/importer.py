@@ -353,6 +353,31 @@ def import_log(
         raise BadInput(log, 1, 1, f"--engine-version: {why}")
     after = promtext.read(metrics_after) if metrics_after else None
     before = promtext.read(metrics_before) if metrics_before else promtext.ZERO
+    imp, parsed = _read_log(log, k, engine_version)
+    delta = after.minus(before) if after is not None else None
+    if delta is not None:
+        _forward(delta, before, after, metrics_after or "")
+    if k is None:
+        k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)
+    result = Imported(_records(imp, k, spec_method), list(imp.divergences), replays=imp.replays)
+    result.findings = summaries.check(parsed)
+    for tid, task in imp.tasks.items():
+        if not task.released:
+            result.incomplete.append(f"{log}:{task.line}: task {tid} has no 'stop processing' line")
+    if responses is not None:
+        _check_responses(result, imp, responses)
+    if delta is None:
+        result.incomplete.append(f"{log}: no /metrics scrape given: the step log has no totals")
+    elif not result.incomplete:
+        result.records.append(_totals(delta, k, metrics_after or ""))
+    return result
+
+
+def _read_log(
+    log: str, k: int | None, engine_version: str | None
+) -> tuple[Importer, list[summaries.Parsed]]:
+    """The log's verification lines fed to an `Importer`, and its summaries (each summary's
+    mean checked against the lines); `BadInput` when there is nothing to import."""
     lines = relevant_lines(log)
     imp = Importer(log, k, engine_version)
     seen = 0
@@ -381,13 +406,12 @@ def import_log(
     for p in parsed:
         if isinstance(p, summaries.Summary) and p.mean is not None:
             _check_mean(imp, p)
-    delta = after.minus(before) if after is not None else None
-    if delta is not None:
-        _forward(delta, before, after, metrics_after or "")
-    if k is None:
-        k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)
-    result = Imported([], list(imp.divergences), replays=imp.replays)
-    result.findings = summaries.check(parsed)
+    return imp, parsed
+
+
+def _records(imp: Importer, k: int, spec_method: str) -> list[Record]:
+    """The step log's header and the imported records, each per-position counter k long."""
+    assert imp.version is not None  # _read_log refuses a log without one
     header = schema.header(
         engine=ENGINE,
         engine_version=imp.version,
@@ -400,25 +424,21 @@ def import_log(
         config={"source": "llama-server log (LLAMA_TRACE=1)"},
         meta={"recurrent_replays": imp.replays},
     )
-    result.records.append(header)
+    records = [header]
     for rec in imp.body:
         if rec["record"] == "step_stats":
             rec["num_accepted_tokens_per_pos"] = _per_pos(rec["num_accepted_tokens_per_pos"][0], k)
-        result.records.append(rec)
-    for tid, task in imp.tasks.items():
-        if not task.released:
-            result.incomplete.append(f"{log}:{task.line}: task {tid} has no 'stop processing' line")
-    if responses is not None:
-        _check_responses(result, imp, responses)
-    if delta is not None and not result.incomplete:
-        if any(delta.per_pos[k:]):
-            raise BadInput(metrics_after or "", 1, 1, f"accepted at a position beyond k = {k}")
-        pos = list(delta.per_pos[:k]) + [0] * (k - len(delta.per_pos[:k]))
-        counts = (delta.num_drafts, delta.num_draft_tokens, delta.num_accepted_tokens)
-        result.records.append(schema.totals("llamacpp:/metrics after - before", counts, pos))
-    elif delta is None:
-        result.incomplete.append(f"{log}: no /metrics scrape given: the step log has no totals")
-    return result
+        records.append(rec)
+    return records
+
+
+def _totals(delta: promtext.SpecCounters, k: int, metrics_after: str) -> Record:
+    """The ``totals`` record of the /metrics counters' change over the run."""
+    if any(delta.per_pos[k:]):
+        raise BadInput(metrics_after, 1, 1, f"accepted at a position beyond k = {k}")
+    pos = list(delta.per_pos[:k]) + [0] * (k - len(delta.per_pos[:k]))
+    counts = (delta.num_drafts, delta.num_draft_tokens, delta.num_accepted_tokens)
+    return schema.totals("llamacpp:/metrics after - before", counts, pos)
 
 
 def _check_responses(result: Imported, imp: Importer, path: str) -> None:

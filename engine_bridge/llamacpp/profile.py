@@ -5,9 +5,10 @@ others in ``reference/profile.py`` (``LLAMACPP``: the pipeline facts the step ru
 grammar cut before the forward pass, no padding, no async path, a step per verification). What
 the *reported* figures mean (the bonus token, drafts accepted past a stop string, when the
 counters are exported) is declared with every other engine's in `engine_bridge/engines.py`
-(one `CountingDeclaration` per profile, each fact with the source behind it); this module
-re-exports llama.cpp's and the replayable ones under the names `spectally compare` and earlier
-code import. llama.cpp's facts cite its tree at commit 0c1e57098, vendored by the
+(one `CountingDeclaration` per profile, each fact with the source behind it, named
+``<ENGINE>_REPORTS``); this module re-exports llama.cpp's and the replayable ones, under those
+names and under the names earlier code imports (``LLAMACPP``, ``VLLM_LEGACY``, ``VLLM_034``: the
+same objects). llama.cpp's facts cite its tree at commit 0c1e57098, vendored by the
 ``llama-cpp-python==0.3.36`` source package (``scripts/build_llamacpp.py``).
 
 How replay judges a llama.cpp step log: the importer (`importer.py`) writes every verification
@@ -22,19 +23,33 @@ that with the log-level vectors of ``spec/vectors-llamacpp.json``; the step-leve
 
 from __future__ import annotations
 
-from ..engines import DECLARATIONS, LLAMACPP, VLLM_034, VLLM_LEGACY, CountingDeclaration
+from ..engines import (
+    DECLARATIONS,
+    LLAMACPP_REPORTS,
+    VLLM_034_REPORTS,
+    VLLM_LEGACY_REPORTS,
+    CountingDeclaration,
+)
 
 __all__ = [
     "DECLARATIONS",
     "ENGINE",
     "LLAMACPP",
+    "LLAMACPP_REPORTS",
     "PROFILE",
     "SOURCE_COMMIT",
     "VLLM_034",
+    "VLLM_034_REPORTS",
     "VLLM_LEGACY",
+    "VLLM_LEGACY_REPORTS",
     "CountingDeclaration",
     "llamacpp_step",
 ]
+
+# the earlier names of the same declarations
+LLAMACPP = LLAMACPP_REPORTS
+VLLM_LEGACY = VLLM_LEGACY_REPORTS
+VLLM_034 = VLLM_034_REPORTS
 
 PROFILE = "llama.cpp"
 ENGINE = "llama.cpp"

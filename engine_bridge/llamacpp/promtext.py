@@ -4,15 +4,18 @@
 as ``llamacpp:<name> <value>`` with the value streamed from a ``double`` (so a large count may
 read ``1.2e+06``), and the per-position counter, present once any request has verified a
 draft, as ``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"} <value>``.
-The text is parsed with ``prometheus_client``'s parser (already a dependency of the bridge).
+Each ``llamacpp:spec_decode_*`` line is parsed by the bridge's one Prometheus reader
+(`importers.prometheus.samples_of_line`, ``prometheus_client``'s parser), so an error names the
+line it is on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..importers.prometheus import samples_of_line
 from ..steplog.limits import MAX_INT, MAX_K
-from ..steplog.source import BadInput, read_text
+from ..steplog.source import BadInput, iter_text_lines
 
 PREFIX = "llamacpp:spec_decode_"
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
@@ -47,44 +50,41 @@ def _count(path: str, line: int, value: float) -> int:
     return int(value)
 
 
-def _line_of(text: str, needle: str) -> int:
-    for no, line in enumerate(text.splitlines(), start=1):
-        if line.startswith(needle):
-            return no
-    return 1
-
-
 def read(path: str) -> SpecCounters:
     """The speculative counters of one /metrics scrape (exit 2 naming file:line if bad)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = read_text(path)  # plain, gzip or -, bounded lines, strict UTF-8
-    values: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if not sample.name.startswith(PREFIX):
-                    continue
-                name = sample.name[len(PREFIX) :].removesuffix("_total")
-                if name == PER_POS:
-                    per_pos[int(sample.labels["position"])] = sample.value
-                elif name in COUNTERS:
-                    values[name] = sample.value
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadInput(path, 1, 1, f"not Prometheus text: {exc}") from None
+    values: dict[str, tuple[float, int]] = {}
+    per_pos: dict[int, tuple[float, int]] = {}
+    first_pos_line = 1
+    # plain, gzip or -, bounded lines, strict UTF-8; each llamacpp:spec_decode_* sample line
+    # parsed by the shared Prometheus reader, so every value keeps its line
+    for lineno, raw in iter_text_lines(path):
+        line = raw.strip()
+        if not line.startswith(PREFIX):
+            continue
+        for sample in samples_of_line(path, lineno, line):
+            name = sample.name[len(PREFIX) :].removesuffix("_total")
+            if name == PER_POS:
+                first_pos_line = first_pos_line if per_pos else lineno
+                position = sample.labels.get("position", "")
+                try:
+                    per_pos[int(position)] = (sample.value, lineno)
+                except ValueError:
+                    raise BadInput(
+                        path, lineno, 1, f"position {position[:20]!r} is not a number"
+                    ) from None
+            elif name in COUNTERS:
+                values[name] = (sample.value, lineno)
     missing = [c for c in COUNTERS if c not in values]
     if missing:
         raise BadInput(
             path, 1, 1, f"no {PREFIX}{missing[0]}_total: not a llama-server /metrics scrape"
         )
-    counts = {c: _count(path, _line_of(text, f"{PREFIX}{c}_total"), values[c]) for c in COUNTERS}
+    counts = {c: _count(path, values[c][1], values[c][0]) for c in COUNTERS}
     if len(per_pos) > MAX_K or (per_pos and sorted(per_pos) != list(range(len(per_pos)))):
-        raise BadInput(path, _line_of(text, f"{PREFIX}{PER_POS}"), 1, "positions not 0..k-1")
-    pos_line = _line_of(text, f"{PREFIX}{PER_POS}")
+        raise BadInput(path, first_pos_line, 1, "positions not 0..k-1")
     return SpecCounters(
         counts["num_drafts"],
         counts["num_draft_tokens"],
         counts["num_accepted_tokens"],
-        tuple(_count(path, pos_line, per_pos[i]) for i in range(len(per_pos))),
+        tuple(_count(path, per_pos[i][1], per_pos[i][0]) for i in range(len(per_pos))),
     )

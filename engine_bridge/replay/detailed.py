@@ -5,7 +5,7 @@ one event at a time: an entry (accepted a, drafted d) is one async legacy block 
 structured request, Propose(max(d, 1)), Verify(max(d, 1)), GrammarReject(1) when d is 0,
 Accept(a). Here the same blocks, all requests of one k at once, are the columns of
 request_step records that translate into those events (proposed = scheduled = max(d, 1),
-invalid = max(d, 1) - d, sampled = a + 1), and `colblocks.check_blocks` evaluates
+invalid = max(d, 1) - d, sampled = a + 1), and `blocks.check_blocks` evaluates
 reference/step.py's rules over them. A request agrees when every block of its batch passes
 and its blocks' legacy counts sum to its reported (steps, drafted, accepted). Any other
 request is replayed through the reference, which writes the message: one with a sum that
@@ -33,9 +33,9 @@ from ..importers.requests import (
 )
 from .columnar import jit
 from .columnar.array_arith import Ints
-from .columnar.colblocks import NULL, BlockColumns, check_blocks
-from .columnar.colread import Irregular
-from .columnar.colseq import Lanes
+from .columnar.blocks import NULL, BlockColumns, check_blocks
+from .columnar.reader import Irregular
+from .columnar.sequence import Lanes
 
 # Fewer blocks than this: the reference alone (it replays a few thousand blocks in less time
 # than importing numpy takes).

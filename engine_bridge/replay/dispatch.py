@@ -20,6 +20,7 @@ from spectally.exit_codes import Verdict
 from ..steplog.profiles import check_profile
 from ..steplog.records import BadInput, iter_lines
 from ..steplog.source import copy_checked, log_bytes, rereadable
+from .options import ReplayOptions
 from .reference_replay import Replayer, StopReplay
 from .report import (
     Divergence,
@@ -71,39 +72,31 @@ def _progress_bar(path: str, progress: bool | None) -> Any:
 
 def replay_file(
     path: str,
+    options: ReplayOptions | None = None,
     *,
-    max_divergences: int = 1,
-    metrics: str | None = None,
-    check_invariants: bool = False,
     progress: bool | None = None,
     lines: Lines | None = None,
-    reference: bool = False,
-    force_profile: str | None = None,
+    **option: Any,
 ) -> ReplayResult:
-    """Replay one log (``-`` = stdin). ``lines`` overrides reading ``path`` (tests,
-    benchmarks). ``reference`` (or ``check_invariants``, which checks every event) runs the
-    plain reference replay only; otherwise the columnar checker runs first and hands any log
-    it cannot vouch for to the reference replay, which then writes the report.
-    ``force_profile`` counts the log under that profile whatever its header's engine version
-    (``--force-profile``; the report says so); ValueError if it names no profile."""
-    if force_profile is not None:
-        check_profile(force_profile)
+    """Replay one log (``-`` = stdin) under ``options`` (`ReplayOptions`; any of its fields may
+    also be given by name, ``replay_file(path, reference=True)``, and then overrides it).
+    ``lines`` overrides reading ``path`` (tests, benchmarks). ``reference`` (or
+    ``check_invariants``, which checks every event) runs the plain reference replay only;
+    otherwise the columnar checker runs first and hands any log it cannot vouch for to the
+    reference replay, which then writes the report. ``force_profile`` counts the log under that
+    profile whatever its header's engine version (``--force-profile``; the report says so);
+    ValueError if it names no profile, TypeError for a name that is no option."""
+    opts = ReplayOptions.of(options, option)
+    if opts.force_profile is not None:
+        check_profile(opts.force_profile)
     if (
-        reference
-        or check_invariants
+        opts.reference
+        or opts.check_invariants
         or not (lines is None or isinstance(lines, Sequence))
         or (lines is None and _small(path))
     ):
-        return replay_reference(
-            path,
-            max_divergences=max_divergences,
-            metrics=metrics,
-            check_invariants=check_invariants,
-            progress=progress,
-            lines=lines,
-            force_profile=force_profile,
-        )
-    from .columnar.columnar import replay_columnar
+        return replay_reference(path, opts, progress=progress, lines=lines)
+    from .columnar.judge import replay_columnar
 
     with ExitStack() as stack:
         source = path
@@ -116,7 +109,12 @@ def replay_file(
         if bar is not None:
             stack.callback(bar.close)
         result = replay_columnar(
-            path, source=source, metrics=metrics, lines=lines, bar=bar, force_profile=force_profile
+            path,
+            source=source,
+            metrics=opts.metrics,
+            lines=lines,
+            bar=bar,
+            force_profile=opts.force_profile,
         )
         if result is not None:
             return result
@@ -125,12 +123,10 @@ def replay_file(
             bar.set_description(f"{path} (reference)")
         return replay_reference(
             path,
-            max_divergences=max_divergences,
-            metrics=metrics,
+            opts,
             progress=False,
             lines=lines if lines is not None else _renamed(iter_lines(source), source, path),
             bar=bar,
-            force_profile=force_profile,
         )
 
 
@@ -169,22 +165,22 @@ def _renamed(lines: Lines, source: str, path: str) -> Iterator[tuple[int, bytes,
 
 def replay_reference(
     path: str,
+    options: ReplayOptions | None = None,
     *,
-    max_divergences: int = 1,
-    metrics: str | None = None,
-    check_invariants: bool = False,
     progress: bool | None = None,
     lines: Lines | None = None,
     bar: Any = None,
-    force_profile: str | None = None,
+    **option: Any,
 ) -> ReplayResult:
-    """The plain replay: every record through the reference machine, one event at a time."""
+    """The plain replay: every record through the reference machine, one event at a time
+    (``options`` and ``option`` as `replay_file` takes them; ``reference`` changes nothing)."""
+    opts = ReplayOptions.of(options, option)
     replayer = Replayer(
         path,
-        max_divergences=max_divergences,
-        check_invariants=check_invariants,
-        metrics=metrics,
-        force_profile=force_profile,
+        max_divergences=opts.max_divergences,
+        check_invariants=opts.check_invariants,
+        metrics=opts.metrics,
+        force_profile=opts.force_profile,
     )
     bad: BadInput | None = None
     source: Lines = iter_lines(path) if lines is None else lines
@@ -221,5 +217,5 @@ def replay_reference(
     totals = None
     if replayer.header is not None and replayer.engine is not None and bad is None:
         totals = replayer.engine.totals
-        summary = make_summary(path, replayer.header, replayer.tally, totals, force_profile)
+        summary = make_summary(path, replayer.header, replayer.tally, totals, opts.force_profile)
     return ReplayResult(path, status, replayer.divergences, bad, summary, replayer.notes, totals)

@@ -1,8 +1,8 @@
 """`ReplayOptions`: how to replay a log, the same for every file of a run.
 
 The one set of replay options: the ``replay`` command fills it from its flags, the fleet ships
-it to every worker, and `dispatch.replay_file` takes its fields as keyword arguments of the same
-names (`ReplayOptions.arguments`; tests/steplog/test_record_schema.py checks they match).
+it to every worker, and `dispatch.replay_file` takes it (or any of its fields by name, which
+`ReplayOptions.of` folds in).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ class ReplayOptions:
     reference: bool = False  # --reference: the plain reference replay, no columnar checker
     force_profile: str | None = None  # --force-profile: count every log under this profile
 
-    def arguments(self) -> dict[str, Any]:
-        """The options as `dispatch.replay_file`'s keyword arguments."""
-        return dataclasses.asdict(self)
+    @classmethod
+    def of(cls, options: ReplayOptions | None, named: dict[str, Any]) -> ReplayOptions:
+        """``options`` (default: every option's default) with the fields ``named`` gives
+        replaced; TypeError naming a key that is no option."""
+        base = cls() if options is None else options
+        return dataclasses.replace(base, **named) if named else base

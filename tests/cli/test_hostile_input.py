@@ -457,7 +457,7 @@ def both_bad(path: Path, line: int) -> str:
 
 
 def big_log() -> list[str]:
-    """A synthetic log over 1 MiB: its chunk goes through the byte scanner (colscan) first."""
+    """A synthetic log over 1 MiB: its chunk goes through the byte scanner (scanner) first."""
     text = b"".join(synth.lines(8000, batch=8, seed=1)).decode()
     assert len(text) > 1 << 20
     return text.splitlines()

@@ -5,7 +5,7 @@ imports for a command. (benchmarks/bench_startup.py measures the cost as ratios.
   none of numba, numpy, msgspec, jsonschema;
 * a replay of a log under `dispatch.REFERENCE_MAX_BYTES` imports neither numpy nor msgspec (the
   reference replay judges it directly), nor, its records valid, jsonschema;
-* a replay of a log below `colread.JIT_MIN_LOG_BYTES` does not import numba (its import and the
+* a replay of a log below `reader.JIT_MIN_LOG_BYTES` does not import numba (its import and the
   kernels' loading cost more than the compiled scanner saves on such a log);
 * a replay through numpy starts no OpenBLAS worker thread (it would spin for work that never
   comes).
@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.replay import dispatch
-from spectally.engine_bridge.replay.columnar import colread, colscan, jit
+from spectally.engine_bridge.replay.columnar import jit, reader, scanner
 from spectally.engine_bridge.steplog import source
 
 # The production thresholds, read at import (before conftest's fixture lowers them).
-SCAN_MIN_BYTES, JIT_MIN_LOG_BYTES = colscan.MIN_BYTES, colread.JIT_MIN_LOG_BYTES
+SCAN_MIN_BYTES, JIT_MIN_LOG_BYTES = scanner.MIN_BYTES, reader.JIT_MIN_LOG_BYTES
 REFERENCE_MAX_BYTES = dispatch.REFERENCE_MAX_BYTES
 HEAVY = ("numba", "numpy", "msgspec", "jsonschema")
 LOG = Path(__file__).parents[1] / "fixtures" / "vllm" / "ngram-k3-greedy.ndjson.gz"
@@ -74,7 +74,7 @@ def test_the_command_line_imports_nothing_heavy(args: list[str]) -> None:
 
 
 def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
-    """A 1.4 MB log: chunks over the scanner's own threshold (colscan.MIN_BYTES, 1 MiB), the
+    """A 1.4 MB log: chunks over the scanner's own threshold (scanner.MIN_BYTES, 1 MiB), the
     whole log under the one that repays numba's import."""
     log = tmp_path / "log.ndjson"
     log.write_bytes(b"".join(synth.lines(8000, batch=8, seed=1)))

@@ -1,7 +1,7 @@
-"""The shape table of the columnar checker (colblocks.ShapeTable) against the rules evaluated
+"""The shape table of the columnar checker (blocks.ShapeTable) against the rules evaluated
 block by block: the same legacy counts per block, the same counters and shift terms, through
 hash collisions, long probe chains, a table flushed when it grows, keys that do not fit,
-and legacy counts packed in lanes (colseq.Lanes) or not."""
+and legacy counts packed in lanes (sequence.Lanes) or not."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 from spectally.engine_bridge import synth
-from spectally.engine_bridge.replay.columnar import colblocks, colkeys, colseq, columnar
-from spectally.engine_bridge.replay.columnar.colblocks import BlockColumns, ShapeTable
-from spectally.engine_bridge.replay.columnar.colread import Irregular
-from spectally.engine_bridge.replay.columnar.colseq import Lanes, StatsColumns
+from spectally.engine_bridge.replay.columnar import blocks, hashing, judge, sequence
+from spectally.engine_bridge.replay.columnar.blocks import BlockColumns, ShapeTable
+from spectally.engine_bridge.replay.columnar.reader import Irregular
+from spectally.engine_bridge.replay.columnar.sequence import Lanes, StatsColumns
 from spectally.reference.counters import Counters
 from spectally.reference.step import Mode
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
@@ -40,7 +40,7 @@ def _spied(
     path.write_bytes(b"".join(lines))
     seen: list[BlockColumns] = []
     matrices: list[Any] = []
-    original = colblocks.check_blocks
+    original = blocks.check_blocks
 
     def spy(mode: Mode, k: int, c: BlockColumns, shapes: Any = None, counts: Any = None) -> Any:
         seen.append(c)
@@ -48,20 +48,20 @@ def _spied(
         return original(mode, k, c, shapes, counts)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(columnar, "check_blocks", spy)
-        mp.setattr(columnar, "byte_chunks", LineChunks(300))
-        result = columnar.Columnar(str(path), None).run(str(path), None, None)
+        mp.setattr(judge, "check_blocks", spy)
+        mp.setattr(judge, "byte_chunks", LineChunks(300))
+        result = judge.Columnar(str(path), None).run(str(path), None, None)
     assert result.status == "agree"
     return Mode(mode), seen, matrices
 
 
 def _plain(mode: Mode, k: int, chunks: list[BlockColumns]) -> tuple[Any, ...]:
     """Every block its own row: `_check_rows` and `_fold_rows`, no table."""
-    legacy = [colblocks._check_rows(mode, k, c) for c in chunks]
+    legacy = [blocks._check_rows(mode, k, c) for c in chunks]
     counters = Counters.zero(k)
     shift: dict[str, int] = {}
     for c in chunks:
-        part, terms = colblocks._fold_rows(mode, k, c, None)
+        part, terms = blocks._fold_rows(mode, k, c, None)
         counters = counters.merge(part)
         for name, value in terms.items():
             shift[name] = shift.get(name, 0) + value
@@ -70,7 +70,7 @@ def _plain(mode: Mode, k: int, chunks: list[BlockColumns]) -> tuple[Any, ...]:
 
 def _matrix(c: BlockColumns) -> Any:
     """The count columns as one (n, 9) matrix (`ShapeTable.lookup`'s ``counts``)."""
-    return np.stack([getattr(c, name) for name in colblocks.COUNT_FIELDS], axis=1)
+    return np.stack([getattr(c, name) for name in blocks.COUNT_FIELDS], axis=1)
 
 
 def _through_table(
@@ -78,7 +78,7 @@ def _through_table(
 ) -> Any:
     legacy = []
     for c in chunks:
-        result = colblocks.check_blocks(mode, k, c, table, _matrix(c) if matrix else None)
+        result = blocks.check_blocks(mode, k, c, table, _matrix(c) if matrix else None)
         per_block = result.legacy
         if isinstance(per_block, Lanes):
             per_block = per_block.unpacked(k)
@@ -124,7 +124,7 @@ def test_a_blocks_key_does_not_depend_on_its_chunk(tmp_path: Path, k: int) -> No
 @pytest.mark.parametrize("k", [3, 8, 64])
 def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
     """The keys of the compiled pass over the count matrix the columnar checker passes
-    (`colkeys.shape_keys`) are the keys from the columns (`_key`), block for block, and that
+    (`hashing.shape_keys`) are the keys from the columns (`_key`), block for block, and that
     matrix holds the very values of the columns; a count that does not fit gives no key
     either way (k = 64 has no key width; a count put just above k + 2 or just below -1)."""
     mode, chunks, matrices = _spied(tmp_path, k)
@@ -132,7 +132,7 @@ def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
     table = ShapeTable(mode, k)
     assert (k == 64) is (table.width == 0)
     for c, counts in zip(chunks, matrices, strict=True):
-        for j, name in enumerate(colblocks.COUNT_FIELDS):
+        for j, name in enumerate(blocks.COUNT_FIELDS):
             assert (counts[:, j] == getattr(c, name)).all()
         want = table._key(c)
         if not table.width:
@@ -159,12 +159,12 @@ def test_the_compiled_keys_are_the_column_keys(tmp_path: Path, k: int) -> None:
 
 
 def _compiled_keys(table: ShapeTable, counts: Any, c: BlockColumns) -> Any:
-    return colkeys.shape_keys(counts, c.applied, c.structured, c.stale, table.width, table.k)
+    return hashing.shape_keys(counts, c.applied, c.structured, c.stale, table.width, table.k)
 
 
 @pytest.mark.parametrize("room", [1 << 20, 7])
 def test_the_compiled_ids_are_the_probed_ids(tmp_path: Path, room: int) -> None:
-    """`colkeys.shape_ids` on a copy of the table, chunk after chunk: a block whose key is
+    """`hashing.shape_ids` on a copy of the table, chunk after chunk: a block whose key is
     in the table gets the id `_probe` finds; a new key gets the next id, in the order of
     its first block, and its later blocks that id; every block is counted once in its id's
     weight; afterwards the table finds every key (`_probe`), each in a slot of its own. With
@@ -180,7 +180,7 @@ def test_the_compiled_ids_are_the_probed_ids(tmp_path: Path, room: int) -> None:
         known = table._probe(key)
         ids = np.full(len(key), -7, dtype=np.int64)
         weights = np.zeros(len(shapes) + len(key), dtype=np.int64)
-        stop, rows = colkeys.shape_ids(
+        stop, rows = hashing.shape_ids(
             key, 0, table.slot_keys, table.slot_ids, ids, weights, len(shapes), room
         )
         added = len(rows)
@@ -209,14 +209,14 @@ def test_the_compiled_kernels_are_their_python_source(tmp_path: Path) -> None:
     and the ids, weights, added rows and table of `shape_ids`, also when it stops early."""
     mode, chunks, matrices = _spied(tmp_path, 8)
     table = ShapeTable(mode, 8)
-    assert colkeys.compiled()
+    assert hashing.compiled()
     for c, counts in zip(chunks[:4], matrices[:4], strict=True):
         runs = []
         for python in (False, True):
             with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
                 if python:
-                    mp.setattr(colkeys, "_shape_keys", colkeys.PYTHON["_shape_keys"])
-                    mp.setattr(colkeys, "_shape_ids", colkeys.PYTHON["_shape_ids"])
+                    mp.setattr(hashing, "_shape_keys", hashing.PYTHON["_shape_keys"])
+                    mp.setattr(hashing, "_shape_ids", hashing.PYTHON["_shape_ids"])
                 key = _compiled_keys(table, counts, c)
                 assert key is not None
                 outputs: list[Any] = [key]
@@ -224,7 +224,7 @@ def test_the_compiled_kernels_are_their_python_source(tmp_path: Path) -> None:
                     slot_keys, slot_ids = table.slot_keys.copy(), table.slot_ids.copy()
                     ids = np.full(len(key), -7, dtype=np.int64)
                     weights = np.zeros(len(table) + len(key), dtype=np.int64)
-                    stop, rows = colkeys.shape_ids(
+                    stop, rows = hashing.shape_ids(
                         key, 0, slot_keys, slot_ids, ids, weights, len(table), room
                     )
                     outputs += [np.array([stop]), rows, ids, weights, slot_keys, slot_ids]
@@ -242,11 +242,11 @@ def test_keys_at_the_end_of_long_probe_chains(tmp_path: Path) -> None:
     for compiled in (False, True):
         table = ShapeTable(mode, 4)
         with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
-            mp.setattr(colblocks, "_MIX", np.uint64(0))
-            mp.setattr(colkeys, "MIX", 0)
-            mp.setattr(colkeys, "_shape_keys", colkeys.PYTHON["_shape_keys"])
-            mp.setattr(colkeys, "_shape_ids", colkeys.PYTHON["_shape_ids"])
-            mp.setattr(colkeys, "wanted", lambda rows, c=compiled: c)
+            mp.setattr(blocks, "_MIX", np.uint64(0))
+            mp.setattr(hashing, "MIX", 0)
+            mp.setattr(hashing, "_shape_keys", hashing.PYTHON["_shape_keys"])
+            mp.setattr(hashing, "_shape_ids", hashing.PYTHON["_shape_ids"])
+            mp.setattr(hashing, "wanted", lambda rows, c=compiled: c)
             got = _through_table(table, mode, 4, chunks, matrix=True)
         assert all((a == b).all() for a, b in zip(want[0], got[0], strict=True))
         assert got[1:] == want[1:]
@@ -259,7 +259,7 @@ def test_a_full_table_is_folded_and_started_afresh(
 ) -> None:
     mode, chunks = _chunks(tmp_path, 8)
     want = _plain(mode, 8, chunks)
-    monkeypatch.setattr(colblocks, "MAX_SHAPES", 5)
+    monkeypatch.setattr(blocks, "MAX_SHAPES", 5)
     table = ShapeTable(mode, 8)
     got = _through_table(table, mode, 8, chunks)
     assert len(table.folded) > 1
@@ -274,8 +274,8 @@ def test_the_table_folds_and_checks_its_shapes_in_slices(
     with the last, partial slice included, and the table flushed on the way."""
     mode, chunks = _chunks(tmp_path, 8)
     want = _plain(mode, 8, chunks)
-    monkeypatch.setattr(colblocks, "FOLD_ROWS", fold_rows)
-    monkeypatch.setattr(colblocks, "MAX_SHAPES", 200)
+    monkeypatch.setattr(blocks, "FOLD_ROWS", fold_rows)
+    monkeypatch.setattr(blocks, "MAX_SHAPES", 200)
     table = ShapeTable(mode, 8)
     got = _through_table(table, mode, 8, chunks)
     assert len(table.folded) > 200 // fold_rows
@@ -288,18 +288,18 @@ def test_a_bad_new_shape_is_refused_before_any_verdict(
 ) -> None:
     """Also when it is the last new shape, in the last slice of the rules' pass, and when it
     is the only shape added since the rules last ran."""
-    monkeypatch.setattr(colblocks, "FOLD_ROWS", fold_rows)
+    monkeypatch.setattr(blocks, "FOLD_ROWS", fold_rows)
     mode, chunks = _chunks(tmp_path, 4)
     table = ShapeTable(mode, 4)
     for c in chunks[:-1]:
-        colblocks.check_blocks(mode, 4, c, table)
+        blocks.check_blocks(mode, 4, c, table)
     if fold_rows == 3:
         table.totals()  # the rules run over the shapes so far
         assert table.checked == len(table.weights)
     last = chunks[-1]
     bad = BlockColumns(*(getattr(last, f.name)[-1:].copy() for f in fields(BlockColumns)))
     bad.scheduled[0] += 1  # scheduled above what the rules give: a shape not seen before
-    colblocks.check_blocks(mode, 4, bad, table)  # its rules run in one batch, later
+    blocks.check_blocks(mode, 4, bad, table)  # its rules run in one batch, later
     assert table.checked < len(table.weights)
     with pytest.raises(Irregular):
         table.totals()
@@ -323,7 +323,7 @@ def test_a_step_too_long_for_the_lanes() -> None:
     drafts = np.ones(n, dtype=np.int64)
     tokens = np.full(n, k, dtype=np.int64)
     accepted = np.full(n, k, dtype=np.int64)
-    lanes = Lanes(colseq.lane_words(k, drafts, tokens, accepted))
+    lanes = Lanes(sequence.lane_words(k, drafts, tokens, accepted))
     steps = np.full(n, 7, dtype=np.int64)
     lines = np.arange(n, dtype=np.int64)
     outcomes = []
@@ -332,7 +332,7 @@ def test_a_step_too_long_for_the_lanes() -> None:
         verdicts = []
         for legacy in (lanes, (drafts, tokens, accepted)):
             try:
-                colseq.check_step_stats(k, steps, lines, legacy, stats)
+                sequence.check_step_stats(k, steps, lines, legacy, stats)
                 verdicts.append("ok")
             except Irregular:
                 verdicts.append("refused")
@@ -344,7 +344,7 @@ def test_a_step_too_long_for_the_lanes() -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_step_sums_over_shapes_are_the_sums_of_gathered_words(seed: int) -> None:
-    """`colkeys.run_sums` (per run, the shapes' words summed by id, compiled) is
+    """`hashing.run_sums` (per run, the shapes' words summed by id, compiled) is
     ``np.add.reduceat`` of the words gathered per block, wrap-around included; and the
     compiled kernel is its Python source. `Lanes.step_sums` takes either path alike."""
     rng = np.random.default_rng(seed)
@@ -354,15 +354,15 @@ def test_step_sums_over_shapes_are_the_sums_of_gathered_words(seed: int) -> None
     ids = rng.integers(0, shapes, n)
     starts = np.flatnonzero(np.r_[True, rng.random(n - 1) < 0.05])  # runs of any length
     want = np.stack([np.add.reduceat(by_shape[ids, w], starts) for w in range(3)], axis=1)
-    assert colkeys.compiled()
-    assert (colkeys.run_sums(starts, ids, by_shape) == want).all()
+    assert hashing.compiled()
+    assert (hashing.run_sums(starts, ids, by_shape) == want).all()
     with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
-        mp.setattr(colkeys, "_run_sums", colkeys.PYTHON["_run_sums"])
-        assert (colkeys.run_sums(starts, ids, by_shape) == want).all()
+        mp.setattr(hashing, "_run_sums", hashing.PYTHON["_run_sums"])
+        assert (hashing.run_sums(starts, ids, by_shape) == want).all()
     lanes = Lanes(tuple(by_shape.T.copy()), ids)
     for compiled in (True, False):  # the compiled path, then the numpy one
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(colkeys, "wanted", lambda rows, c=compiled: c)
+            mp.setattr(hashing, "wanted", lambda rows, c=compiled: c)
             assert (lanes.step_sums(starts) == want).all()
     gathered = lanes.per_block()
     assert all((g == by_shape[ids, w]).all() for w, g in enumerate(gathered))
@@ -370,15 +370,15 @@ def test_step_sums_over_shapes_are_the_sums_of_gathered_words(seed: int) -> None
 
 def test_a_log_under_a_mebibyte_never_imports_numba(tmp_path: Path) -> None:
     """Importing numba costs a process ~0.7 s: a log the scanner leaves to the typed decoder
-    (under `colscan.MIN_BYTES`) must not pay it for the shape keys either, however many blocks
-    it packs into that mebibyte (`colkeys.MIN_ROWS`). Run in a fresh process: the tests'
+    (under `scanner.MIN_BYTES`) must not pay it for the shape keys either, however many blocks
+    it packs into that mebibyte (`hashing.MIN_ROWS`). Run in a fresh process: the tests'
     own thresholds are 0."""
     import subprocess
     import sys
 
     from spectally.engine_bridge import synth
 
-    limit = 1 << 20  # colscan.MIN_BYTES outside the tests (checked in the subprocess below)
+    limit = 1 << 20  # scanner.MIN_BYTES outside the tests (checked in the subprocess below)
     path = tmp_path / "small.ndjson"
     with path.open("wb") as log:
         size = 0
@@ -391,10 +391,10 @@ def test_a_log_under_a_mebibyte_never_imports_numba(tmp_path: Path) -> None:
     assert blocks > 4096  # more blocks than a smaller threshold would let through
     code = (
         "import sys\n"
-        "from spectally.engine_bridge.replay.columnar import colscan\n"
+        "from spectally.engine_bridge.replay.columnar import scanner\n"
         "from spectally.engine_bridge.replay.dispatch import replay_file\n"
         "r = replay_file(sys.argv[1], progress=False)\n"
-        "print(colscan.MIN_BYTES, r.status, r.checker, 'numba' in sys.modules)\n"
+        "print(scanner.MIN_BYTES, r.status, r.checker, 'numba' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True

@@ -1,4 +1,4 @@
-"""colread: the reader (`ByteChunks`: chunks of whole lines, lines given back) and `Lines`
+"""reader: the reader (`ByteChunks`: chunks of whole lines, lines given back) and `Lines`
 (the columns of a chunk of lines, cut, joined and carried)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge.replay.columnar import colbytes, colread
-from spectally.engine_bridge.replay.columnar.colread import COLUMNS, Lines, empty_lines
+from spectally.engine_bridge.replay.columnar import key_bytes, reader
+from spectally.engine_bridge.replay.columnar.reader import COLUMNS, Lines, empty_lines
 
 
 def test_own_copies_the_lines_and_keeps_only_their_ids() -> None:
@@ -66,12 +66,12 @@ def test_byte_chunks_reads_each_byte_once_and_lines_given_back_again(
         path = os.path.join(tmp, "log.ndjson")
         with open(path, "wb") as out:
             out.write(data)
-        mp.setattr(colread, "CHUNK_BYTES", chunk_bytes)
-        mp.setattr(colread, "KEEP_BYTES", keep_bytes)
-        mp.setattr(colread, "MAX_LINE_BYTES", 40)
-        reader = colread.byte_chunks(path, None)
+        mp.setattr(reader, "CHUNK_BYTES", chunk_bytes)
+        mp.setattr(reader, "KEEP_BYTES", keep_bytes)
+        mp.setattr(reader, "MAX_LINE_BYTES", 40)
+        chunks = reader.byte_chunks(path, None)
         read, front, wants = b"", b"", iter(asks)
-        for view in reader:
+        for view in chunks:
             chunk = bytes(view)
             assert chunk.startswith(front)
             read += chunk[len(front) :]
@@ -80,17 +80,17 @@ def test_byte_chunks_reads_each_byte_once_and_lines_given_back_again(
             count, parts = next(wants, 0), chunk.splitlines(True)
             back = b"".join(parts[len(parts) - count :]) if count else b""
             may = not last and 0 < count <= len(parts) and len(back) <= keep_bytes
-            assert reader.keep(count) is may
+            assert chunks.keep(count) is may
             front = back if may else b""
         assert read == data
-        assert not reader.keep(1)
+        assert not chunks.keep(1)
 
 
 def test_byte_chunks_of_a_list_of_lines_give_nothing_back() -> None:
     """Lines given as a list (not a stream) are joined a batch at a time; `keep` refuses."""
-    reader = colread.byte_chunks("mem", [(1, b'{"a": 1}', True), (2, b"{}", False)])
-    assert [bytes(chunk) for chunk in reader] == [b'{"a": 1}\n{}']
-    assert not reader.keep(1)
+    chunks = reader.byte_chunks("mem", [(1, b'{"a": 1}', True), (2, b"{}", False)])
+    assert [bytes(chunk) for chunk in chunks] == [b'{"a": 1}\n{}']
+    assert not chunks.keep(1)
 
 
 def _request_lines() -> list[bytes]:
@@ -125,11 +125,11 @@ def test_a_chunk_is_vouched_for_when_every_field_is_counted() -> None:
     and could hide a repeated key elsewhere in the chunk."""
     lines = _request_lines()
     chunk = b"".join(lines)
-    assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
+    assert reader._keys_match(chunk, reader._DECODER.decode_lines(chunk)) is not None
     for i, line in enumerate(lines):
         twice = line.replace(b'"step":', b'"step":1,"step":', 1)
         bad = b"".join([*lines[:i], twice, *lines[i + 1 :]])
-        assert colread._keys_match(bad, colread._DECODER.decode_lines(bad)) is None, i
+        assert reader._keys_match(bad, reader._DECODER.decode_lines(bad)) is None, i
 
 
 def _spaced(line: bytes) -> bytes:
@@ -139,43 +139,43 @@ def _spaced(line: bytes) -> bytes:
 
 def test_a_spaced_chunk_is_vouched_for_unless_a_key_is_repeated() -> None:
     """A log written with ", " and ": " separators is vouched for whole, as a compact one is
-    (its key colons counted past the whitespace: `colbytes.key_colons`); a key repeated in
+    (its key colons counted past the whitespace: `key_bytes.key_colons`); a key repeated in
     any line, written with whitespace before its colon or not, is not, and
-    `colbytes.key_marks` counts it."""
+    `key_bytes.key_marks` counts it."""
     lines = [_spaced(line) for line in _request_lines()]
     chunk = b"".join(lines)
-    assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
+    assert reader._keys_match(chunk, reader._DECODER.decode_lines(chunk)) is not None
     fields = [len(json.loads(line)) for line in lines]
-    assert colbytes.key_marks(chunk, len(lines)).tolist() == fields
+    assert key_bytes.key_marks(chunk, len(lines)).tolist() == fields
     for i, line in enumerate(lines):
         for twice in (b'"step": 1, "step":', b'"step" : 1, "step":', b'"step":1,"step"\t \r:'):
             bad_line = line.replace(b'"step":', twice, 1)
             bad = b"".join([*lines[:i], bad_line, *lines[i + 1 :]])
-            assert colread._keys_match(bad, colread._DECODER.decode_lines(bad)) is None, i
-            marks = colbytes.key_marks(bad, len(lines)).tolist()
+            assert reader._keys_match(bad, reader._DECODER.decode_lines(bad)) is None, i
+            marks = key_bytes.key_marks(bad, len(lines)).tolist()
             assert marks[i] == fields[i] + 1 and marks[:i] == fields[:i], (i, twice)
 
 
 def test_a_long_gap_before_a_colon_leaves_its_line_undecided() -> None:
-    """`colbytes.key_colons` steps back over at most `KEY_GAP` whitespace bytes (a bounded number of
-    passes on any input): a key colon after that many is counted, one after more leaves its
-    line to the reference decoder (the chunk is not vouched for whole; the line's mark is -2,
-    which no field count equals)."""
+    """`key_bytes.key_colons` steps back over at most `KEY_GAP` whitespace bytes (a bounded
+    number of passes on any input): a key colon after that many is counted, one after more
+    leaves its line to the reference decoder (the chunk is not vouched for whole; the line's mark
+    is -2, which no field count equals)."""
     lines = [_spaced(line) for line in _request_lines()]
     fields = [len(json.loads(line)) for line in lines]
-    for gap, counted in ((colbytes.KEY_GAP, True), (colbytes.KEY_GAP + 1, False)):
+    for gap, counted in ((key_bytes.KEY_GAP, True), (key_bytes.KEY_GAP + 1, False)):
         wide = lines[1].replace(b'"step":', b'"step"' + b" " * gap + b":", 1)
         chunk = b"".join([lines[0], wide, *lines[2:]])
-        vouched = colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is not None
+        vouched = reader._keys_match(chunk, reader._DECODER.decode_lines(chunk)) is not None
         assert vouched is counted
-        marks = colbytes.key_marks(chunk, len(lines)).tolist()
+        marks = key_bytes.key_marks(chunk, len(lines)).tolist()
         assert marks == [fields[0], fields[1] if counted else -2, *fields[2:]]
         # a key repeated behind the gap: uncounted, the line would look like it has no more
         # keys than fields
         twice = lines[1].replace(b'"step":', b'"step": 1, "step"' + b" " * gap + b":", 1)
         chunk = b"".join([lines[0], twice, *lines[2:]])
-        assert colread._keys_match(chunk, colread._DECODER.decode_lines(chunk)) is None
-        assert colbytes.key_marks(chunk, len(lines)).tolist()[1] != fields[1]
+        assert reader._keys_match(chunk, reader._DECODER.decode_lines(chunk)) is None
+        assert key_bytes.key_marks(chunk, len(lines)).tolist()[1] != fields[1]
 
 
 def test_two_records_on_a_line_and_a_blank_line_are_not_vouched_for() -> None:
@@ -188,9 +188,9 @@ def test_two_records_on_a_line_and_a_blank_line_are_not_vouched_for() -> None:
             rows = [_spaced(line) for line in lines] if spaced else list(lines)
             joined = rows[2][:-1] + (b" " if spaced else b"") + rows[3]
             bad = b"".join([*rows[:2], joined, blank, *rows[4:]])
-            records = colread._DECODER.decode_lines(bad)
+            records = reader._DECODER.decode_lines(bad)
             assert len(records) == len(rows)  # the counts agree
-            assert colread._keys_match(bad, records) is None, (blank, spaced)
+            assert reader._keys_match(bad, records) is None, (blank, spaced)
 
 
 _PIECES = st.sampled_from(
@@ -218,8 +218,8 @@ def test_a_compact_chunk_takes_the_shortcut_to_the_same_answer(pieces: list[byte
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10)
     lines = len(ends) + (not chunk.endswith(b"\n"))
-    general = colread._one_value_per_line(chunk, data, ends, lines, compact=False)
-    assert colread._one_value_per_line(chunk, data, ends, lines, compact=True) == general
+    general = reader._one_value_per_line(chunk, data, ends, lines, compact=False)
+    assert reader._one_value_per_line(chunk, data, ends, lines, compact=True) == general
 
 
 @pytest.mark.parametrize("scan", [False, True], ids=["typed decoder", "scanner first"])
@@ -229,15 +229,15 @@ def test_columns_name_requests_in_order_of_first_appearance(
     """`decode_columns`: the request ids in the order each first appears, the scanner's lines
     first, then the typed decoder's; each request_step line's row names its id; the records
     of the other lines are in ``objs``, by line."""
-    monkeypatch.setattr(colread, "SCAN", scan)
+    monkeypatch.setattr(reader, "SCAN", scan)
     step = json.loads(_request_lines()[-2])
-    order = ("record", "step", "request", *COLUMNS[1:-1], "outcome")  # colscan's byte form
+    order = ("record", "step", "request", *COLUMNS[1:-1], "outcome")  # scanner's byte form
     canonical = json.dumps({name: step[name] for name in order}, separators=(",", ":"))
     spaced = [json.dumps({**step, "request": name}).encode() + b"\n" for name in "babca"]
     request = _request_lines()[0]
     chunk = b"".join([*spaced[:2], canonical.replace('"r"', '"z"').encode() + b"\n", request])
     chunk += b"".join(spaced[2:])
-    lines = colread.decode_columns("log", 1, chunk)
+    lines = reader.decode_columns("log", 1, chunk)
     assert lines.ids == (["z", "b", "a", "c"] if scan else ["b", "a", "z", "c"])
     named = [lines.ids[r] if r >= 0 else None for r in lines.rid.tolist()]
     assert named == ["b", "a", "z", None, "b", "c", "a"]

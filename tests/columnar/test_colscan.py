@@ -1,14 +1,14 @@
-"""The byte scanner (engine_bridge/replay/columnar/colscan.py) takes a line only where the typed
+"""The byte scanner (engine_bridge/replay/columnar/scanner.py) takes a line only where the typed
 decoder and the reference decoder both accept it, with their values.
 
 Lines are canonical ``request_step`` lines (as steplog/writer.py and the generators write them, or
 json.dumps with its default separators) and
 near-canonical ones: one mutation of each class below, or one byte replaced, deleted or
 inserted anywhere. For each, the scanner either declines the line or yields exactly what
-msgspec's typed decoder (colread) and `records.parse_line` yield; a canonical line within
+msgspec's typed decoder (reader) and `records.parse_line` yield; a canonical line within
 the scanner's bounds (integers of at most 18 digits, printable ASCII ids) must be taken, so
 the property is not vacuous. Chunks of mixed lines decode to the same columns through
-`colread.decode_columns` (scanner + typed decoder) as through the typed decoder alone.
+`reader.decode_columns` (scanner + typed decoder) as through the typed decoder alone.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from spectally.engine_bridge import synth
-from spectally.engine_bridge.replay.columnar import colread, colscan, columnar
-from spectally.engine_bridge.replay.columnar.colread import Irregular, decode_chunk, decode_columns
-from spectally.engine_bridge.replay.columnar.colscan import ABSENT, COLUMNS, NULL, OUTCOMES, scan
+from spectally.engine_bridge.replay.columnar import judge, reader, scanner
+from spectally.engine_bridge.replay.columnar.reader import Irregular, decode_chunk, decode_columns
+from spectally.engine_bridge.replay.columnar.scanner import ABSENT, COLUMNS, NULL, OUTCOMES, scan
 from spectally.engine_bridge.replay.report import render_summary, result_json
 from spectally.engine_bridge.steplog.records import BadInput, parse_line
 
@@ -85,14 +85,14 @@ def canonical(draw: st.DrawFn, delivered: bool | None = None) -> dict[str, Any]:
 def expected(line: bytes) -> tuple[list[int], str, str] | None:
     """What both decoders give for ``line``; None where either refuses it."""
     try:
-        rec = colread._DECODER.decode(line)
+        rec = reader._DECODER.decode(line)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     try:
         obj = parse_line("log", 1, line, True)
     except BadInput:
         return None
-    if type(rec) is not colread.RequestStep:
+    if type(rec) is not reader.RequestStep:
         return None
     values = [getattr(rec, name) for name in COLUMNS]
     for name, value in zip(COLUMNS, values, strict=True):  # the two decoders agree
@@ -134,20 +134,20 @@ def test_canonical_lines_are_taken_with_the_decoders_values(
     got = check(line)
     within = (
         all(v is None or type(v) is str or v < 10**18 for v in rec.values())
-        and len(rec["request"]) <= colscan.MAX_ID_BYTES
+        and len(rec["request"]) <= scanner.MAX_ID_BYTES
     )
     if within:
         assert got is not None, line  # the scanner reads what it is meant to read
         assert got == expected(line)
 
 
-@pytest.mark.parametrize("size", [1, 2, colscan.MAX_ID_BYTES - 1, colscan.MAX_ID_BYTES, 256, 300])
+@pytest.mark.parametrize("size", [1, 2, scanner.MAX_ID_BYTES - 1, scanner.MAX_ID_BYTES, 256, 300])
 def test_id_length_limit(size: int) -> None:
     rec = {"record": "request_step", "step": 3, "request": "x" * size, "proposed": 2,
            "padding": 0, "grammar_valid": None, "scheduled": 2, "invalid": None,
            "verified": 1, "sampled": 2, "accepted": 1, "outcome": "applied"}  # fmt: skip
     got = check(dumps(rec))
-    assert (got is not None) == (size <= colscan.MAX_ID_BYTES)
+    assert (got is not None) == (size <= scanner.MAX_ID_BYTES)
     assert got is None or got[1] == "x" * size
 
 
@@ -354,8 +354,8 @@ def test_ids_map_to_one_str_each_even_when_every_hash_collides(
            "grammar_valid": None, "scheduled": 1, "invalid": None, "verified": None,
            "sampled": 1, "accepted": 0, "outcome": "applied"}  # fmt: skip
     chunk = b"".join(dumps({**rec, "request": rid}) + b"\n" for rid in ids)
-    for mul in (colscan.HASH_MUL, 0):  # 0: every id hashes alike
-        monkeypatch.setattr(colscan, "HASH_MUL", mul)
+    for mul in (scanner.HASH_MUL, 0):  # 0: every id hashes alike
+        monkeypatch.setattr(scanner, "HASH_MUL", mul)
         s = scan(chunk)
         assert s.taken.all()
         assert [s.ids[i] for i in s.rid.tolist()] == ids
@@ -383,7 +383,7 @@ def _struct_columns(path: str, chunk: bytes) -> Any:
     records, kinds = decode_chunk(path, 1, chunk)
     rows = []
     for rec in records:
-        if type(rec) is colread.RequestStep:
+        if type(rec) is reader.RequestStep:
             values = [getattr(rec, name) for name in COLUMNS]
             rows.append(
                 (
@@ -397,7 +397,7 @@ def _struct_columns(path: str, chunk: bytes) -> Any:
     return kinds.tolist(), rows
 
 
-def _lines_columns(lines: colread.Lines) -> Any:
+def _lines_columns(lines: reader.Lines) -> Any:
     rows = []
     for i in range(len(lines)):
         if lines.kinds[i] == 0:
@@ -535,20 +535,20 @@ def test_the_recorders_lines_are_all_taken() -> None:
 
 
 def _columnar(path: Path, scanner: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(colread, "SCAN", scanner)
-    monkeypatch.setattr(columnar, "STRICT", True)
+    monkeypatch.setattr(reader, "SCAN", scanner)
+    monkeypatch.setattr(judge, "STRICT", True)
     try:
-        result = columnar.Columnar(str(path), None).run(str(path), None, None)
+        result = judge.Columnar(str(path), None).run(str(path), None, None)
     except Irregular:
         return None
     return render_summary(result), result_json(result), result.totals
 
 
-@pytest.mark.parametrize("chunk", [colread.CHUNK_BYTES, 6000])
+@pytest.mark.parametrize("chunk", [reader.CHUNK_BYTES, 6000])
 def test_columnar_checker_alike_with_and_without_the_scanner(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    monkeypatch.setattr(colread, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
     logs = list(LOGS)
     options: list[dict[str, Any]] = [{}, {"preempt_share": 0.2}, {"mode": "sync"}]
     for seed, kwargs in enumerate(options):
@@ -578,19 +578,19 @@ def test_lines_in_another_form_are_left_to_the_decoder() -> None:
 
 
 def _kernel_outputs(chunk: bytes, compiled: bool) -> tuple[Any, ...]:
-    """`colscan.scan`'s arrays from the compiled kernel, or from its Python source run as
-    plain Python (every compiled function swapped for its source, `colscan.PYTHON`)."""
+    """`scanner.scan`'s arrays from the compiled kernel, or from its Python source run as
+    plain Python (every compiled function swapped for its source, `scanner.PYTHON`)."""
     data = np.frombuffer(chunk, dtype=np.uint8)
     n = chunk.count(b"\n") + int(not chunk.endswith(b"\n"))
-    arrays = colscan.kernel_arrays(n)
-    assert colscan.compiled()
+    arrays = scanner.kernel_arrays(n)
+    assert scanner.compiled()
     if compiled:
-        distinct = colscan._scan_lines(data, len(data), colscan.HASH_MUL, *arrays)
+        distinct = scanner._scan_lines(data, len(data), scanner.HASH_MUL, *arrays)
     else:
         with pytest.MonkeyPatch.context() as mp, np.errstate(over="ignore"):
-            for name, source in colscan.PYTHON.items():
-                mp.setattr(colscan, name, source)
-            distinct = colscan._scan_lines(data, len(data), colscan.HASH_MUL, *arrays)
+            for name, source in scanner.PYTHON.items():
+                mp.setattr(scanner, name, source)
+            distinct = scanner._scan_lines(data, len(data), scanner.HASH_MUL, *arrays)
     starts, stops, values, outcome, rid, first = (a.tolist() for a in arrays[:6])
     return int(distinct), starts, stops, values, outcome, rid, first[:distinct]
 
@@ -608,10 +608,10 @@ def test_the_compiled_kernel_computes_what_its_python_source_does(
 
 
 def test_small_chunks_skip_the_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Below `colscan.MIN_BYTES` a chunk goes to the typed decoder alone (a small log never
+    """Below `scanner.MIN_BYTES` a chunk goes to the typed decoder alone (a small log never
     pays for loading the compiled kernel), with the same columns."""
     chunk = b"\n".join([BASES[0], OTHER[0], BASES[1]]) + b"\n"
     scanned = _lines_columns(decode_columns("log", 1, chunk))
-    monkeypatch.setattr(colscan, "MIN_BYTES", len(chunk) + 1)
-    monkeypatch.setattr(colscan, "scan", None)  # any call fails
+    monkeypatch.setattr(scanner, "MIN_BYTES", len(chunk) + 1)
+    monkeypatch.setattr(scanner, "scan", None)  # any call fails
     assert _lines_columns(decode_columns("log", 1, chunk)) == scanned

@@ -1,4 +1,4 @@
-"""The columnar checker's sequence pieces (colseq.py) against plain Python statements of the
+"""The columnar checker's sequence pieces (sequence.py) against plain Python statements of the
 same checks: one block per request per step (sorted or not), the lifecycle rule's remembered
 verdicts (each one `transitions.lifecycle_rule`'s own, whatever the order of first use), and
 the ring of ended ids (an id added again is refused, also after the ring wrapped)."""
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge.replay.columnar import colseq
-from spectally.engine_bridge.replay.columnar.colread import Irregular
-from spectally.engine_bridge.replay.columnar.colseq import RequestTable, check_one_block_per_step
+from spectally.engine_bridge.replay.columnar import sequence
+from spectally.engine_bridge.replay.columnar.reader import Irregular
+from spectally.engine_bridge.replay.columnar.sequence import RequestTable, check_one_block_per_step
 from spectally.engine_bridge.steplog.translate import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode
@@ -44,9 +44,9 @@ steps = st.lists(st.integers(0, 9), max_size=12).map(lambda v: np.array(sorted(v
 
 @given(steps, steps)
 def test_union_is_numpys(a: Any, b: Any) -> None:
-    """`colseq._union` (a step_stats check's steps) is `np.union1d`, without its import of
+    """`sequence._union` (a step_stats check's steps) is `np.union1d`, without its import of
     numpy.ma."""
-    got = colseq._union(a, b)
+    got = sequence._union(a, b)
     assert got.tolist() == np.union1d(a, b).tolist() and got.dtype == np.int64
 
 
@@ -76,7 +76,7 @@ def test_remembered_lifecycle_verdicts_are_the_rules(first: int) -> None:
     table = RequestTable()
     for mode, event, verified in CASES[first:] + CASES[:first]:
         table.mode = mode
-        expected, _ = lifecycle_rule(mode, event, colseq._NO_COUNTS, verified, INT_ARITH)
+        expected, _ = lifecycle_rule(mode, event, sequence._NO_COUNTS, verified, INT_ARITH)
         assert table.stays(event, verified) is bool(expected)
 
 
@@ -110,7 +110,7 @@ def test_a_record_before_its_add_is_refused() -> None:
 def test_an_id_added_again_after_it_ended_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ring of ended ids (hashes), also once it wrapped: the last ``ENDED_RING`` ended ids
     are remembered, in the order they ended."""
-    monkeypatch.setattr(colseq, "ENDED_RING", 4)
+    monkeypatch.setattr(sequence, "ENDED_RING", 4)
     table = RequestTable()
     table.ended = np.zeros(4, dtype=np.int64)
     line = 1
@@ -153,14 +153,14 @@ class RequestTableCopy(RequestTable):
 
 
 def _lane(words: tuple[Any, ...], i: int) -> Any:
-    """Lane i of packed words as the `colseq.Lanes` layout states it: 16 bits from bit
+    """Lane i of packed words as the `sequence.Lanes` layout states it: 16 bits from bit
     16 * (i % 4) of word i // 4."""
     return (words[i // 4].view(np.uint64) >> np.uint64(16 * (i % 4))).astype(np.int64) & 0xFFFF
 
 
 @pytest.mark.parametrize("k", [1, 4, 8, 13])
 def test_all_lanes_at_once_are_each_lane(k: int) -> None:
-    """`colseq._all_lanes` (every lane of the step sums in one broadcast) gives lane i as
+    """`sequence._all_lanes` (every lane of the step sums in one broadcast) gives lane i as
     the layout states it (`_lane`), top lane bits and all, for every word count up to four."""
     rng = np.random.default_rng(k)
     count = 3 + k
@@ -168,7 +168,7 @@ def test_all_lanes_at_once_are_each_lane(k: int) -> None:
         rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 50, dtype=np.int64)
         for _ in range((count + 3) // 4)
     )
-    got = colseq._all_lanes(np.stack(words, axis=1), count)
+    got = sequence._all_lanes(np.stack(words, axis=1), count)
     assert got.shape == (50, count)
     for i in range(count):
         assert (got[:, i] == _lane(words, i)).all()
@@ -176,12 +176,12 @@ def test_all_lanes_at_once_are_each_lane(k: int) -> None:
 
 @pytest.mark.parametrize("k", [1, 4, 5, 8, 13])
 def test_lane_words_pack_each_lane_where_lane_reads_it(k: int) -> None:
-    """`colseq.lane_words` then the layout (`_lane`): drafts, tokens, accepted and, per position
+    """`sequence.lane_words` then the layout (`_lane`): drafts, tokens, accepted and, per position
     i, whether accepted > i, each back from its 16 bits (top lanes of a word included)."""
     rng = np.random.default_rng(k)
     drafts, tokens, accepted = (rng.integers(0, 1 << 16, 40) for _ in range(3))
     accepted[:5] = np.arange(5)  # small values, so every position lane is 0 and 1 somewhere
-    words = colseq.lane_words(k, drafts, tokens, accepted)
+    words = sequence.lane_words(k, drafts, tokens, accepted)
     assert len(words) == -(-(3 + k) // 4)
     assert all(w.dtype == np.int64 and w.shape == (40,) for w in words)
     want = [drafts, tokens, accepted, *((accepted > i).astype(np.int64) for i in range(k))]

@@ -1,4 +1,4 @@
-"""colstore.Growing: columns appended to in place, whose values never move under a reader."""
+"""store.Growing: columns appended to in place, whose values never move under a reader."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from spectally.engine_bridge.replay.columnar.colstore import Growing
+from spectally.engine_bridge.replay.columnar.store import Growing
 
 
 @given(st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40), max_size=12))

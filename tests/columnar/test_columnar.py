@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.replay.columnar import colblocks, columnar
+from spectally.engine_bridge.replay.columnar import blocks, judge
 from spectally.engine_bridge.replay.columnar.array_arith import ARRAY_ARITH
-from spectally.engine_bridge.replay.columnar.colread import Irregular
+from spectally.engine_bridge.replay.columnar.reader import Irregular
 from spectally.engine_bridge.replay.dispatch import render_summary, replay_file, result_json
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepQuery, legacy_step, pipeline, rfc_step
@@ -42,7 +42,7 @@ LOGS = sorted(
 @pytest.fixture(autouse=True)
 def strict_columnar(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault of the columnar code fails these tests instead of falling back silently."""
-    monkeypatch.setattr(columnar, "STRICT", True)
+    monkeypatch.setattr(judge, "STRICT", True)
 
 
 def same(path: Path | str, **kw: Any) -> tuple[Any, Any]:
@@ -60,7 +60,7 @@ def same(path: Path | str, **kw: Any) -> tuple[Any, Any]:
 def columnar_agrees(path: Path | str) -> bool:
     """Whether the columnar checker vouched for the log on its own."""
     try:
-        columnar.Columnar(str(path), None).run(str(path), None, None)
+        judge.Columnar(str(path), None).run(str(path), None, None)
     except Irregular:
         return False
     return True
@@ -423,13 +423,13 @@ def test_a_wrong_translation_falls_back(monkeypatch: pytest.MonkeyPatch, mutant:
     checks themselves (it stops vouching for real logs), and the reference still writes the
     same reports."""
     vouched = sum(columnar_agrees(p) for p in LOGS)
-    original = colblocks.block_inputs
+    original = blocks.block_inputs
 
     def wrong(mode: Mode, c: Any) -> Any:
         x, *rest = original(mode, c)
         return (MUTANTS[mutant](x), *rest)
 
-    monkeypatch.setattr(colblocks, "block_inputs", wrong)
+    monkeypatch.setattr(blocks, "block_inputs", wrong)
     assert sum(columnar_agrees(p) for p in LOGS) < vouched
     for path in LOGS[::12]:
         same(path)
@@ -439,18 +439,18 @@ def test_a_wrong_fold_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The differential comparison has teeth: rfc counters folded wrongly by the columnar path
     (AV forgotten: no engine number shows it, so no columnar check can) differ from the
     reference's on a real log."""
-    original = colblocks.fold_counters
+    original = blocks.fold_counters
 
     def wrong(mode: Mode, k: int, x: Any, *weights: Any) -> Any:
         wrong_x = x.__class__(**{**x.__dict__, "av_cap": x.schedule_cap})
         return original(mode, k, wrong_x, *weights)
 
-    monkeypatch.setattr(colblocks, "fold_counters", wrong)
+    monkeypatch.setattr(blocks, "fold_counters", wrong)
     with pytest.raises(AssertionError):
         same(ROOT / "tests" / "traces" / "agree" / "async_av_rfc_row.ndjson")
 
 
-def _columns(**kw: Any) -> colblocks.BlockColumns:
+def _columns(**kw: Any) -> blocks.BlockColumns:
     base: dict[str, Any] = dict(
         proposed=[3, 3],
         padding=[0, 0],
@@ -466,7 +466,7 @@ def _columns(**kw: Any) -> colblocks.BlockColumns:
         stale=[False, False],
     )
     base.update(kw)
-    return colblocks.BlockColumns(**{name: np.array(v) for name, v in base.items()})
+    return blocks.BlockColumns(**{name: np.array(v) for name, v in base.items()})
 
 
 @pytest.mark.parametrize(
@@ -484,17 +484,17 @@ def test_delivered_rule(delivered: list[int], ok: bool) -> None:
     """BRIEF interface 3: applied needs 1 <= delivered <= sampled, discarded needs 0."""
     columns = _columns(delivered=delivered)
     if ok:
-        colblocks.check_blocks(Mode.SYNC, 3, columns)
+        blocks.check_blocks(Mode.SYNC, 3, columns)
     else:
         with pytest.raises(Irregular):
-            colblocks.check_blocks(Mode.SYNC, 3, columns)
+            blocks.check_blocks(Mode.SYNC, 3, columns)
 
 
 def test_counts_far_above_k_are_checked_unpacked() -> None:
     """A count that does not fit the shape key takes the unpacked path (and is refused)."""
     with pytest.raises(Irregular):
-        colblocks.check_blocks(Mode.SYNC, 3, _columns(sampled=[2, 10**12]))
-    result = colblocks.check_blocks(Mode.SYNC, 3, _columns(invalid=[-1, 10**12], scheduled=[3, 0]))
+        blocks.check_blocks(Mode.SYNC, 3, _columns(sampled=[2, 10**12]))
+    result = blocks.check_blocks(Mode.SYNC, 3, _columns(invalid=[-1, 10**12], scheduled=[3, 0]))
     assert result.counters.rfc.discarded_steps == 1
 
 
@@ -539,7 +539,7 @@ def _cyclic_garbage_of(run: Any) -> int:
 
 
 def test_the_checker_leaves_no_cycles_for_the_collector(tmp_path: Path) -> None:
-    """`columnar.collector_paused` is only safe because the checker frees everything by
+    """`judge.collector_paused` is only safe because the checker frees everything by
     reference counts: every recorded log and trace, a generated log, and logs the checker
     hands to the reference (a tampered count, a corrupted line) leave no cyclic garbage."""
     base = _base()
@@ -552,24 +552,24 @@ def test_the_checker_leaves_no_cycles_for_the_collector(tmp_path: Path) -> None:
     varied.write_bytes(b"".join(synth.varied.lines(3000, seed=2, preempt_share=0.05)))
     for path in [*LOGS, tampered, corrupt, varied]:
         garbage = _cyclic_garbage_of(
-            lambda p=path: columnar.replay_columnar(str(p), bar=None)  # type: ignore[misc]
+            lambda p=path: judge.replay_columnar(str(p), bar=None)  # type: ignore[misc]
         )
         assert garbage == 0, path.name
 
 
 def test_a_cycle_would_be_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail: a checker that leaves one cycle per chunk is caught."""
-    real = columnar.Columnar._steps
+    real = judge.Columnar._steps
 
     def leaky(self: Any, *args: Any, **kw: Any) -> Any:
         loop: list[Any] = []
         loop.append(loop)
         return real(self, *args, **kw)
 
-    monkeypatch.setattr(columnar.Columnar, "_steps", leaky)
+    monkeypatch.setattr(judge.Columnar, "_steps", leaky)
     path = ROOT / "engine_bridge" / "examples"
     log = sorted(path.glob("*.ndjson*"))[0]
-    assert _cyclic_garbage_of(lambda: columnar.replay_columnar(str(log), bar=None)) > 0
+    assert _cyclic_garbage_of(lambda: judge.replay_columnar(str(log), bar=None)) > 0
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -579,11 +579,11 @@ def test_the_collector_is_left_as_it_was(enabled: bool) -> None:
     was = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
-        with pytest.raises(RuntimeError), columnar.collector_paused():
+        with pytest.raises(RuntimeError), judge.collector_paused():
             assert not gc.isenabled()
             raise RuntimeError
         assert gc.isenabled() is enabled
-        columnar.replay_columnar(str(LOGS[0]), bar=None)
+        judge.replay_columnar(str(LOGS[0]), bar=None)
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()

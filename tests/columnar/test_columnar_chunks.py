@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from spectally.engine_bridge import synth
-from spectally.engine_bridge.replay.columnar import columnar
+from spectally.engine_bridge.replay.columnar import judge
 from spectally.engine_bridge.replay.dispatch import replay_file
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
 
@@ -27,7 +27,7 @@ def _log(tmp_path: Path, mode: str) -> tuple[Path, list[bytes]]:
 
 
 class LineChunks:
-    """Stands in for `colread.byte_chunks`: a reader of ``n`` lines a chunk with the real
+    """Stands in for `reader.byte_chunks`: a reader of ``n`` lines a chunk with the real
     reader's `keep` (with ``keeps``; else it refuses, as for a step too long to give back):
     lines given back start the next chunk. ``kept`` counts the lines given back."""
 
@@ -71,7 +71,7 @@ def test_every_small_chunk_size_gives_the_whole_files_result(
     assert (whole.status, whole.checker) == ("agree", "columnar")
     for n in range(1, 10):
         reader = LineChunks(n, keeps)
-        monkeypatch.setattr(columnar, "byte_chunks", reader)
+        monkeypatch.setattr(judge, "byte_chunks", reader)
         fast = replay_file(str(path), progress=False)
         assert (fast.status, fast.checker) == ("agree", "columnar"), n
         assert fast.summary == whole.summary
@@ -85,7 +85,7 @@ def test_the_progress_bar_shows_lines_given_back_once(
     """Lines given back are decoded again with the next chunk, not counted again."""
     path, lines = _log(tmp_path, "async")
     reader = LineChunks(5)
-    monkeypatch.setattr(columnar, "byte_chunks", reader)
+    monkeypatch.setattr(judge, "byte_chunks", reader)
     result = replay_file(str(path), progress=True)
     assert (result.status, result.checker) == ("agree", "columnar") and reader.kept > 0
     last = capsys.readouterr().err.replace("\r", "\n").splitlines()[-1]
@@ -104,7 +104,7 @@ def test_a_repeated_block_across_a_chunk_boundary_is_refused(
     lines.insert(at + 1, lines[at])
     path.write_bytes(b"".join(lines))
     for n, keeps in itertools.product((1, 2, 3, 8), (True, False)):
-        monkeypatch.setattr(columnar, "byte_chunks", LineChunks(n, keeps))
+        monkeypatch.setattr(judge, "byte_chunks", LineChunks(n, keeps))
         fast, _ = same(path)
         assert fast.checker == "reference" and fast.status != "agree"
 
@@ -121,9 +121,9 @@ def test_a_chunks_columns_are_freed_when_it_is_done(
     import weakref
 
     path, _ = _log(tmp_path, mode)
-    monkeypatch.setattr(columnar, "byte_chunks", LineChunks(7, keeps=False))
+    monkeypatch.setattr(judge, "byte_chunks", LineChunks(7, keeps=False))
     decoded: list[list[weakref.ref[object]]] = []
-    decode = columnar.decode_columns
+    decode = judge.decode_columns
 
     def recording(*args: object) -> object:
         lines = decode(*args)  # type: ignore[arg-type]
@@ -131,15 +131,15 @@ def test_a_chunks_columns_are_freed_when_it_is_done(
         return lines
 
     alive: list[int] = []
-    chunk = columnar.Columnar._chunk
+    chunk = judge.Columnar._chunk
 
-    def checked(self: columnar.Columnar, *args: object) -> object:
+    def checked(self: judge.Columnar, *args: object) -> object:
         result = chunk(self, *args)  # type: ignore[arg-type]
         alive.append(sum(ref() is not None for ref in decoded[-1]))
         return result
 
-    monkeypatch.setattr(columnar, "decode_columns", recording)
-    monkeypatch.setattr(columnar.Columnar, "_chunk", checked)
+    monkeypatch.setattr(judge, "decode_columns", recording)
+    monkeypatch.setattr(judge.Columnar, "_chunk", checked)
     was = gc.isenabled()
     gc.disable()  # freed by their reference counts, not by a collection
     try:

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.cli import replay
-from spectally.engine_bridge.replay.columnar import colseq, columnar
+from spectally.engine_bridge.replay.columnar import judge, sequence
 from spectally.engine_bridge.replay.dispatch import replay_file
 from test_columnar import same, strict_columnar  # noqa: F401 (autouse)
 from test_columnar_chunks import LineChunks
@@ -127,7 +127,7 @@ def test_a_cut_log_across_chunks_from_lines_and_stdin(
         b = CliRunner().invoke(replay, ["-", "--json", "--reference"], input=payload)
         assert a.exit_code == b.exit_code and a.output == b.output
         assert a.exit_code in (2, 3)
-    monkeypatch.setattr(columnar, "byte_chunks", LineChunks(7))
+    monkeypatch.setattr(judge, "byte_chunks", LineChunks(7))
     chunked, _ = same(path)
     assert (chunked.status, chunked.checker) == ("incomplete", "columnar")
 
@@ -203,8 +203,8 @@ def test_mutant_open_request_count_off_by_one(
     path = tmp_path / "log.ndjson"
     path.write_bytes(_cut_data(_log("async"), "boundary"))
     same(path)
-    original = colseq.RequestTable.finish
-    monkeypatch.setattr(colseq.RequestTable, "finish", lambda self: original(self) + 1)
+    original = sequence.RequestTable.finish
+    monkeypatch.setattr(sequence.RequestTable, "finish", lambda self: original(self) + 1)
     with pytest.raises(AssertionError):
         same(path)
 
@@ -213,8 +213,8 @@ def test_mutant_note_of_the_last_step_lost(tmp_path: Path, monkeypatch: pytest.M
     path = tmp_path / "log.ndjson"
     path.write_bytes(_cut_data(_log("sync"), "mid-step"))
     same(path)
-    original = colseq.check_step_stats
-    monkeypatch.setattr(columnar, "check_step_stats", lambda *a: original(*a) and False)
+    original = sequence.check_step_stats
+    monkeypatch.setattr(judge, "check_step_stats", lambda *a: original(*a) and False)
     with pytest.raises(AssertionError):
         same(path)
 
@@ -227,10 +227,10 @@ def test_mutant_last_step_compared_with_zeros(
     path = tmp_path / "log.ndjson"
     path.write_bytes(_cut_data(_log("sync"), "mid-step"))
     assert same(path)[0].checker == "columnar"
-    original = colseq.check_step_stats
+    original = sequence.check_step_stats
 
     def compared(*args: Any) -> bool:
         return original(*args[:5])  # no cut step: compared with zeros
 
-    monkeypatch.setattr(columnar, "check_step_stats", compared)
+    monkeypatch.setattr(judge, "check_step_stats", compared)
     assert same(path)[0].checker == "reference"

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from spectally.engine_bridge import synth
-from spectally.engine_bridge.replay.columnar import colread
+from spectally.engine_bridge.replay.columnar import reader
 from spectally.engine_bridge.replay.dispatch import replay_file
 from test_columnar import _corrupt, _tamper, same, strict_columnar  # noqa: F401 (autouse)
 
@@ -195,7 +195,7 @@ def test_lifecycle_state_across_chunks(
     """Chunks of a few lines: held end records, open discarded blocks and waiting stale
     Accepts carry from one chunk to the next (and are released once the engine is two steps
     past them), with the reference's verdicts."""
-    monkeypatch.setattr(colread, "CHUNK_BYTES", 1500)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 1500)
     lines = _log(11, mode, mode == "async", 300)
     fast, _ = same(_write(tmp_path, lines))
     assert (fast.status, fast.checker) == ("agree", "columnar")

@@ -215,10 +215,10 @@ def test_a_bug_in_one_file_is_an_internal_error_and_the_others_go_on(
 ) -> None:
     real = job.replay_file
 
-    def buggy(path: str, **kwargs: Any) -> Any:
+    def buggy(path: str, *args: Any, **kwargs: Any) -> Any:
         if path == str(AGREE[1]):
             raise ZeroDivisionError("planted bug")
-        return real(path, **kwargs)
+        return real(path, *args, **kwargs)
 
     monkeypatch.setattr(job, "replay_file", buggy)
     outcomes = list(replay_local([str(p) for p in AGREE[:3]], ReplayOptions(), jobs=1))

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from spectally.cli import main
-from spectally.engine_bridge.engines import SGLANG
+from spectally.engine_bridge.engines import SGLANG_REPORTS
 from spectally.engine_bridge.importers import sglang
 from spectally.engine_bridge.replay import replay_file
 
@@ -199,7 +199,7 @@ def test_released_code_counts_as_declared(tmp_path: Path) -> None:
     assert rate == rfc["accepted"] / (rfc["spec_steps"] * k)  # the configured denominator
     assert rate != rfc["accepted"] / rfc["drafted"]  # not the RFC's drafted
     assert length == 1 + rfc["accepted"] / rfc["spec_steps"]  # bonus included
-    assert SGLANG.rate_denominator == "configured"
+    assert SGLANG_REPORTS.rate_denominator == "configured"
 
     metas = []
     for rid, corrects in per_req.items():

@@ -99,6 +99,23 @@ EARLIER = (
     "spectally.spec.render",
     "spectally.spec.vectors",
     "spectally.spec.vectors.compare",
+    "spectally.engine_bridge.replay.columnar.colblocks",
+    "spectally.engine_bridge.replay.columnar.colbytes",
+    "spectally.engine_bridge.replay.columnar.colkeys",
+    "spectally.engine_bridge.replay.columnar.colread",
+    "spectally.engine_bridge.replay.columnar.colscan",
+    "spectally.engine_bridge.replay.columnar.colseq",
+    "spectally.engine_bridge.replay.columnar.colstore",
+    "spectally.engine_bridge.replay.columnar.columnar",
+    "spectally.engine_bridge.engines.LLAMACPP",
+    "spectally.engine_bridge.engines.LMDEPLOY",
+    "spectally.engine_bridge.engines.SGLANG",
+    "spectally.engine_bridge.engines.TRTLLM",
+    "spectally.engine_bridge.engines.VLLM_034",
+    "spectally.engine_bridge.engines.VLLM_LEGACY",
+    "spectally.engine_bridge.llamacpp.profile.LLAMACPP",
+    "spectally.engine_bridge.llamacpp.profile.VLLM_034",
+    "spectally.engine_bridge.llamacpp.profile.VLLM_LEGACY",
 )
 
 

@@ -9,7 +9,7 @@ from typing import get_args
 
 from spectally.engine_bridge.fleet.job import BackendUnavailable
 from spectally.engine_bridge.fleet.ray import RayUnavailable
-from spectally.engine_bridge.replay.columnar import colread, colscan
+from spectally.engine_bridge.replay.columnar import reader, scanner
 from spectally.engine_bridge.steplog import schema, translate, typed
 from spectally.engine_bridge.steplog.records import BadInput
 from spectally.exit_codes import EXIT_SEVERAL, SEVERITY, ExitCode, Verdict
@@ -22,8 +22,8 @@ OUTCOMES = tuple(o.value for o in Outcome)
 
 
 def test_every_spelling_of_the_block_outcomes_is_the_reference_s() -> None:
-    assert colscan.OUTCOMES == OUTCOMES
-    assert colread.OUTCOMES == OUTCOMES
+    assert scanner.OUTCOMES == OUTCOMES
+    assert reader.OUTCOMES == OUTCOMES
     assert get_args(typed.Outcome) == OUTCOMES  # msgspec's typed decoder needs a Literal
     assert schema.OUTCOMES == OUTCOMES
     assert vectors.OUTCOMES == OUTCOMES

@@ -117,6 +117,13 @@ def test_draft_beyond_draft_max(tmp_path: Path) -> None:
         ("llamacpp:spec_decode_num_drafts_total 1e300\n"
          "llamacpp:spec_decode_num_draft_tokens_total 8\n"
          "llamacpp:spec_decode_num_accepted_tokens_total 3\n", "not a whole count"),
+        ("# HELP llamacpp:spec_decode_num_drafts_total drafts\n"
+         "llamacpp:spec_decode_num_drafts_total{oops 1\n", ":2:1: bad Prometheus sample line"),
+        ("llamacpp:spec_decode_num_drafts_total 1\n"
+         "llamacpp:spec_decode_num_draft_tokens_total 8\n"
+         "llamacpp:spec_decode_num_accepted_tokens_total 3\n"
+         'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 3\n',
+         ":4:1: positions not 0..k-1"),
     ],
 )  # fmt: skip
 def test_bad_metrics(tmp_path: Path, metrics: str, fragment: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from spectally.engine_bridge.llamacpp.importer import import_log, write
-from spectally.engine_bridge.llamacpp.profile import DECLARATIONS, LLAMACPP, llamacpp_step
+from spectally.engine_bridge.llamacpp.profile import DECLARATIONS, LLAMACPP_REPORTS, llamacpp_step
 from spectally.engine_bridge.replay.dispatch import replay_file
 from spectally.engine_bridge.steplog.translate import profile_for
 
@@ -119,7 +119,21 @@ def test_llamacpp_step_is_the_vectors_rule() -> None:
 
 
 def test_profile_is_registered() -> None:
-    assert profile_for("llama.cpp", "0.5.0-dev+0c1e570") == LLAMACPP.profile
-    assert DECLARATIONS[LLAMACPP.profile] is LLAMACPP
-    assert LLAMACPP.grammar_forbidden_drafted == "all"
-    assert LLAMACPP.verified_equals_drafted and not LLAMACPP.accepted_includes_bonus
+    assert profile_for("llama.cpp", "0.5.0-dev+0c1e570") == LLAMACPP_REPORTS.profile
+    assert DECLARATIONS[LLAMACPP_REPORTS.profile] is LLAMACPP_REPORTS
+    assert LLAMACPP_REPORTS.grammar_forbidden_drafted == "all"
+    assert LLAMACPP_REPORTS.verified_equals_drafted and not LLAMACPP_REPORTS.accepted_includes_bonus
+
+
+def test_earlier_declaration_names_still_import() -> None:
+    """The declarations' earlier names (docs named them) give the same objects."""
+    from spectally.engine_bridge import engines
+    from spectally.engine_bridge.llamacpp import profile
+
+    for old, current in engines.EARLIER_NAMES.items():
+        assert getattr(engines, old) is getattr(engines, current)
+    assert profile.LLAMACPP is engines.LLAMACPP_REPORTS
+    assert profile.VLLM_LEGACY is engines.VLLM_LEGACY_REPORTS
+    assert profile.VLLM_034 is engines.VLLM_034_REPORTS
+    with pytest.raises(AttributeError):
+        engines.NOT_A_DECLARATION  # noqa: B018

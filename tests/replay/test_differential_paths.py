@@ -33,7 +33,7 @@ import pytest
 from hostile_values import ENCODINGS, HOSTILE_JSON
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spectally.engine_bridge.replay.columnar import colread, columnar
+from spectally.engine_bridge.replay.columnar import judge, reader
 from spectally.engine_bridge.replay.dispatch import replay_file
 
 ROOT = Path(__file__).parents[2]
@@ -57,7 +57,7 @@ WHITESPACE = [b" ", b"\t", b"\r", b"  \t ", b"\n"]
 @pytest.fixture(autouse=True)
 def strict_columnar(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault of the columnar code fails the test instead of falling back silently."""
-    monkeypatch.setattr(columnar, "STRICT", True)
+    monkeypatch.setattr(judge, "STRICT", True)
 
 
 def _pick(data: st.DataObject, items: list[T], label: str) -> T | None:
@@ -234,13 +234,13 @@ def written(data: bytes, gz: bool) -> Iterator[str]:
 
 def assert_same_verdict(path: str, scan: bool = True) -> None:
     """``scan``: the compiled scanner reads every chunk (as for a large log); else the typed
-    decoder reads every line (as for a log under `colread.JIT_MIN_LOG_BYTES`)."""
-    before = colread.SCAN
-    colread.SCAN = scan
+    decoder reads every line (as for a log under `reader.JIT_MIN_LOG_BYTES`)."""
+    before = reader.SCAN
+    reader.SCAN = scan
     try:
         fast = replay_file(path, progress=False)
     finally:
-        colread.SCAN = before
+        reader.SCAN = before
     plain = replay_file(path, progress=False, reference=True)
     assert fast.exit_code == plain.exit_code, (
         fast.status,

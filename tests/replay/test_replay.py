@@ -217,6 +217,22 @@ def test_divergence_report_shows_counters_and_state(tmp_path: Path) -> None:
     assert "line 4: 'a' -> 1/4/2; unstructured, active; no open block" in text
 
 
+@pytest.mark.parametrize("reference", [False, True])
+def test_the_options_object_and_its_fields_by_name_replay_alike(
+    tmp_path: Path, reference: bool
+) -> None:
+    from spectally.engine_bridge.replay.options import ReplayOptions
+
+    path = str(_two_divergences(tmp_path))
+    options = ReplayOptions(max_divergences=2, reference=reference)
+    by_object = replay_file(path, options, progress=False)
+    by_name = replay_file(path, progress=False, max_divergences=2, reference=reference)
+    assert len(by_object.divergences) == len(by_name.divergences) == 2
+    assert [d.render() for d in by_object.divergences] == [d.render() for d in by_name.divergences]
+    # a field given by name overrides the object's
+    assert len(replay_file(path, options, progress=False, max_divergences=1).divergences) == 1
+
+
 def test_a_step_without_step_stats_is_reported_at_its_last_block(tmp_path: Path) -> None:
     """The engine wrote no step_stats for a step whose blocks the reference counts: the
     divergence names the step's last block (where the record should have followed) and
@@ -377,9 +393,9 @@ def test_ctrl_c_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    from spectally.engine_bridge.replay.columnar import colread
+    from spectally.engine_bridge.replay.columnar import reader
 
-    monkeypatch.setattr(colread, "open_log", interrupted)
+    monkeypatch.setattr(reader, "open_log", interrupted)
     with pytest.raises(KeyboardInterrupt):
         replay_file(str(EXAMPLE), progress=False)
 

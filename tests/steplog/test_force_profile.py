@@ -21,7 +21,7 @@ from spectally.engine_bridge.cli import replay
 from spectally.engine_bridge.fleet import ReplayOptions, read_engine_info, replay_local, replay_one
 from spectally.engine_bridge.fleet.report import fleet_summary, render_fleet
 from spectally.engine_bridge.replay import reference_replay
-from spectally.engine_bridge.replay.columnar import columnar
+from spectally.engine_bridge.replay.columnar import judge
 from spectally.engine_bridge.replay.dispatch import render_summary, replay_file, result_json
 from spectally.engine_bridge.replay.reference_replay import Replayer
 from spectally.engine_bridge.steplog import profiles
@@ -38,7 +38,7 @@ FORCE = ["--force-profile", LEGACY_PROFILE]
 @pytest.fixture(autouse=True)
 def strict_columnar(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault of the columnar code fails these tests instead of falling back silently."""
-    monkeypatch.setattr(columnar, "STRICT", True)
+    monkeypatch.setattr(judge, "STRICT", True)
 
 
 def records(src: Path) -> list[dict[str, Any]]:
@@ -315,7 +315,7 @@ def test_a_path_that_ignores_the_flag_is_caught(
     log falls back to the reference: `checker` says so) or by the reference replay (bad input)."""
     path = versioned(tmp_path, SYNC)
     with monkeypatch.context() as m:
-        m.setattr(columnar, "resolve", lambda header, forced: header)
+        m.setattr(judge, "resolve", lambda header, forced: header)
         fast = replay_file(str(path), progress=False, force_profile=LEGACY_PROFILE)
         assert fast.status == "agree" and fast.checker == "reference"
     with monkeypatch.context() as m:

@@ -153,24 +153,16 @@ def test_line_kinds_are_distinct_and_cover_every_struct() -> None:
     assert len(typed.LineKind) - 1 == typed.LineKind.OTHER
 
 
-def test_the_replay_options_are_replay_file_s_keyword_arguments() -> None:
-    import dataclasses
-    import inspect
-
+def test_replay_file_takes_the_replay_options() -> None:
     from spectally.engine_bridge.fleet import ReplayOptions as FleetOptions
-    from spectally.engine_bridge.replay.dispatch import replay_file
     from spectally.engine_bridge.replay.options import ReplayOptions
 
     assert FleetOptions is ReplayOptions
-    params = inspect.signature(replay_file).parameters
-    for f in dataclasses.fields(ReplayOptions):
-        assert params[f.name].kind is inspect.Parameter.KEYWORD_ONLY
-        assert params[f.name].default == f.default, f.name
-    options = ReplayOptions(max_divergences=3, reference=True, force_profile="vllm-0.34")
-    assert options.arguments() == {
-        "max_divergences": 3,
-        "metrics": None,
-        "check_invariants": False,
-        "reference": True,
-        "force_profile": "vllm-0.34",
-    }
+    options = ReplayOptions(max_divergences=3, reference=True)
+    assert ReplayOptions.of(options, {}) is options
+    assert ReplayOptions.of(None, {}) == ReplayOptions()
+    assert ReplayOptions.of(options, {"force_profile": "vllm-0.34"}) == ReplayOptions(
+        max_divergences=3, reference=True, force_profile="vllm-0.34"
+    )
+    with pytest.raises(TypeError, match="plain"):
+        ReplayOptions.of(None, {"plain": True})

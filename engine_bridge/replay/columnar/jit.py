@@ -1,6 +1,6 @@
 """numba, loaded once per process and only when a compiled kernel is first wanted.
 
-The compiled kernels of the columnar checker (colscan.py: the byte scanner; colkeys.py: the
+The compiled kernels of the columnar checker (scanner.py: the byte scanner; hashing.py: the
 shape table's keys and slots) are plain Python functions in their modules. `compile_kernels`
 swaps each for numba's machine code in its module's globals (numba resolves the calls
 between kernel functions by global name); the module keeps the sources, which the tests run

@@ -17,7 +17,7 @@ the line must keep it.
 `scan` walks a chunk of whole lines once, byte by byte, in a loop that numba compiles to
 machine code (`_scan_lines`), recognises such lines by their exact byte skeleton and reads
 their values. Every other line (other record kinds, other key orders, whitespace, escapes,
-...) is left to the typed decoder (colread.py), so the scanner only has to be exact on what
+...) is left to the typed decoder (reader.py), so the scanner only has to be exact on what
 it takes: a line is taken only if msgspec's typed decoder and the reference decoder
 (`records.parse_line`) both accept it with the same values:
 
@@ -43,7 +43,7 @@ source (the kernel below runs unchanged as plain Python, which the tests use to 
 compiled code against), is a dependency vLLM itself installs, and caches the machine code
 beside this module (``cache=True``), so only the first run on a machine pays the compile.
 numba is imported only when a chunk of at least `MIN_BYTES` is scanned, so small logs start
-fast. Where it cannot be imported, `compiled()` is False and colread.py sends every line to the
+fast. Where it cannot be imported, `compiled()` is False and reader.py sends every line to the
 typed decoder: slower, and exactly as exact.
 """
 

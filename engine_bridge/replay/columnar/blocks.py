@@ -40,12 +40,12 @@ from spectally.reference.step import (
     shift_terms,
 )
 
-from . import colkeys
+from . import hashing
 from .array_arith import ARRAY_ARITH, Bools, Ints
-from .colread import Irregular
-from .colscan import COLUMNS
-from .colseq import LANES_MAX, Lanes, lane_words
-from .colstore import Growing
+from .reader import Irregular
+from .scanner import COLUMNS
+from .sequence import LANES_MAX, Lanes, lane_words
+from .store import Growing
 
 NULL = -1  # a null count in a column
 
@@ -158,7 +158,7 @@ class ShapeTable:
         self._reset()
 
     def _reset(self) -> None:
-        # Per id, in stores that grow in place (`colstore`: no fresh arrays per chunk):
+        # Per id, in stores that grow in place (`store`: no fresh arrays per chunk):
         # the shapes' columns (counts, then flags: `BlockColumns` order); legacy
         # num_drafts, num_draft_tokens, num_accepted_tokens (packed in `Lanes` words for a
         # small k: a step's sums are then a few sums of words); blocks of that shape so far.
@@ -260,9 +260,9 @@ class ShapeTable:
         unpacked; nothing counted or added). New shapes are checked by the rules before any
         verdict (`totals`), and their legacy counts evaluated at once (`_add_legacy`).
         ``counts``: optionally the count columns as one (n, 9) matrix in `COUNT_FIELDS`
-        order; with it, the compiled kernels (`colkeys`: the same keys as `_key`) key the
+        order; with it, the compiled kernels (`hashing`: the same keys as `_key`) key the
         rows in one pass and find, add and count each block's shape in another."""
-        if counts is not None and self.width and colkeys.wanted(len(counts)):
+        if counts is not None and self.width and hashing.wanted(len(counts)):
             ids = self._lookup_compiled(c, counts)
         else:
             ids = self._lookup_numpy(c)
@@ -271,7 +271,7 @@ class ShapeTable:
         return ids
 
     def _lookup_compiled(self, c: BlockColumns, counts: Ints) -> Ints | None:
-        key = colkeys.shape_keys(counts, c.applied, c.structured, c.stale, self.width, self.k)
+        key = hashing.shape_keys(counts, c.applied, c.structured, c.stale, self.width, self.k)
         if key is None:
             return None
         ids = np.empty(len(key), dtype=np.int64)
@@ -279,7 +279,7 @@ class ShapeTable:
         while start < len(key):
             room = min(self._room(1), len(key) - start)
             self._weights.reserve(room)  # the new shapes' weights are counted in place
-            stop, rows = colkeys.shape_ids(
+            stop, rows = hashing.shape_ids(
                 key,
                 start,
                 self.slot_keys,
@@ -423,15 +423,15 @@ MAX_SHAPES = 1 << 16
 # raises the peak RSS of a long log by a few MB).
 FOLD_ROWS = 8192
 # The counts of a shape, in the order of the key's fields (and of `lookup`'s ``counts``
-# matrix: the order of colscan.COLUMNS after the step, so the columnar checker's block rows
+# matrix: the order of scanner.COLUMNS after the step, so the columnar checker's block rows
 # are that matrix as they are).
 COUNT_FIELDS = COLUMNS[1:]
-_MIX = np.uint64(colkeys.MIX)  # Fibonacci hashing: the top bits of key * 2**64 / phi
+_MIX = np.uint64(hashing.MIX)  # Fibonacci hashing: the top bits of key * 2**64 / phi
 
 
 _FLAG_FIELDS = ("applied", "structured", "stale")  # `BlockColumns`' other fields
-if len(COUNT_FIELDS) != colkeys.COUNTS:  # the compiled keys read a row of that many counts
-    raise ImportError(f"{len(COUNT_FIELDS)} count fields, colkeys.COUNTS = {colkeys.COUNTS}")
+if len(COUNT_FIELDS) != hashing.COUNTS:  # the compiled keys read a row of that many counts
+    raise ImportError(f"{len(COUNT_FIELDS)} count fields, hashing.COUNTS = {hashing.COUNTS}")
 
 
 def _column(value: Any, size: int) -> Ints:

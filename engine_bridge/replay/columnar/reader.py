@@ -1,6 +1,6 @@
 """Reading for the columnar checker: the log in chunks of whole lines, decoded into columns
 (`decode_columns` -> `Lines`): the canonical request_step lines straight from the bytes
-(colscan.py), every other line by a typed, validating decoder (msgspec) into one struct per
+(scanner.py), every other line by a typed, validating decoder (msgspec) into one struct per
 record (`decode_chunk`), whose values fill the same columns.
 
 Why msgspec (measured, docs/replay.md): it decodes a chunk of NDJSON straight into typed
@@ -48,12 +48,12 @@ from spectally.engine_bridge.steplog.typed import (
     TotalsLine,
 )
 
-from . import colscan
-from .colbytes import glued_values, key_colons, key_marks
-from .colscan import ABSENT as ABSENT
-from .colscan import COLUMNS as COLUMNS
-from .colscan import NULL as NULL
-from .colscan import OUTCOMES as OUTCOMES
+from . import scanner
+from .key_bytes import glued_values, key_colons, key_marks
+from .scanner import ABSENT as ABSENT
+from .scanner import COLUMNS as COLUMNS
+from .scanner import NULL as NULL
+from .scanner import OUTCOMES as OUTCOMES
 
 CHUNK_BYTES = 1 << 24  # decompressed bytes read at a time; memory is a few chunks
 
@@ -267,7 +267,7 @@ def _keys_match(chunk: bytes, records: list[Any]) -> tuple[Kinds, list[Any]] | N
     """Whether no line of the chunk can hold a repeated key, for the whole chunk at once.
 
     Every key is followed by ``:`` (after JSON whitespace, if any), so a line has at least as
-    many key colons (`colbytes.key_colons`; without whitespace, simply colons) as keys, and
+    many key colons (`key_bytes.key_colons`; without whitespace, simply colons) as keys, and
     at least as many keys as fields decoded; if the chunk's key colons equal the fields
     decoded (header and totals lines aside), every line has exactly one key per field
     decoded. (Counting fewer fields than were decoded only sends the chunk to the
@@ -335,7 +335,7 @@ def _one_value_per_line(
     two values and another a value's first part: a "{" inside a string passes the check
     above, and decode_lines reads a value across a newline (JSON whitespace). With no blank
     line and no value following another on its line ("}" then "{" with no newline between:
-    `colbytes.glued_values`), each of the n - 1 gaps between the n values holds one of the
+    `key_bytes.glued_values`), each of the n - 1 gaps between the n values holds one of the
     n - 1 newlines inside the chunk, so no value holds one: each line is exactly one value.
 
     ``compact``: the chunk holds no space, tab or carriage return (the usual chunk), so a "{"
@@ -427,7 +427,7 @@ _STEP = attrgetter("step")
 @dataclass
 class Lines:
     """Consecutive lines of a log as columns, one row per line: the unit the columnar checker
-    works on. ``values`` holds a request_step line's `colscan.COLUMNS` (nulls `NULL`, no
+    works on. ``values`` holds a request_step line's `scanner.COLUMNS` (nulls `NULL`, no
     ``delivered`` `ABSENT`) and every other line's step in column 0 (header, totals: 0);
     ``outcome`` its index in `OUTCOMES` and ``rid`` its request id's index in ``ids`` (-1 on
     other lines). ``objs`` holds the decoded record of every other line (structs; header and
@@ -543,12 +543,12 @@ def empty_lines() -> Lines:
 
 def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lines:
     """Decode one chunk of whole lines into columns: the canonical request_step lines
-    straight from the bytes (`colscan.scan`), every other line through `decode_chunk` (the
+    straight from the bytes (`scanner.scan`), every other line through `decode_chunk` (the
     typed decoder, or `records.parse_line`; `Irregular` where either refuses). The columns
     are the ones the typed decoder's structs give, line for line. ``chunk`` is only read
     during the call (`byte_chunks` reuses its buffer)."""
-    if SCAN and len(chunk) >= colscan.MIN_BYTES and colscan.compiled():
-        scan = colscan.scan(chunk)
+    if SCAN and len(chunk) >= scanner.MIN_BYTES and scanner.compiled():
+        scan = scanner.scan(chunk)
         lines = Lines(
             np.zeros(len(scan.taken), np.int8), scan.values, scan.outcome, scan.rid, scan.ids, {}
         )

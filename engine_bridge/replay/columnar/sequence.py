@@ -36,12 +36,12 @@ from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs
 from spectally.reference.transitions import is_applied, lifecycle_rule
 
-from . import colkeys
+from . import hashing
 from .array_arith import Ints
-from .colread import Irregular
+from .reader import Irregular
 
 # lifecycle_rule decides from the mode, the event and whether the block was verified; the
-# counts it also returns (the discarded block) are folded by colblocks from the record.
+# counts it also returns (the discarded block) are folded by blocks from the record.
 _NO_COUNTS: StepInputs[int, bool] = StepInputs(0, 0, False, 0, 0, 0, 0, False, False)
 
 INF_LINE = np.iinfo(np.int64).max
@@ -419,7 +419,7 @@ class Lanes:
     2**16 (checked: the longest step times the largest lane value, k).
 
     ``ids`` None: ``words`` has one entry per block. Else ``words`` has one entry per shape
-    (the `colblocks.ShapeTable`'s) and ``ids`` the shape of each block."""
+    (the `blocks.ShapeTable`'s) and ``ids`` the shape of each block."""
 
     words: tuple[Ints, ...]
     ids: Ints | None = None
@@ -436,11 +436,11 @@ class Lanes:
 
     def step_sums(self, starts: Ints) -> Ints:
         """The words summed over each run of blocks (``starts``: the runs' first blocks), as
-        an (runs, words) array: per shape in one compiled pass (`colkeys.run_sums`) for a
-        chunk of `colkeys.MIN_ROWS` blocks or more, else gathered and `np.add.reduceat`."""
+        an (runs, words) array: per shape in one compiled pass (`hashing.run_sums`) for a
+        chunk of `hashing.MIN_ROWS` blocks or more, else gathered and `np.add.reduceat`."""
         ids = self.ids
-        if ids is not None and colkeys.wanted(len(ids)):
-            return colkeys.run_sums(starts, ids, np.stack(self.words, axis=1))
+        if ids is not None and hashing.wanted(len(ids)):
+            return hashing.run_sums(starts, ids, np.stack(self.words, axis=1))
         return np.stack([np.add.reduceat(word, starts) for word in self.per_block()], axis=1)
 
 

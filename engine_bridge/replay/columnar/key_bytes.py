@@ -1,14 +1,14 @@
 """Byte counts over a chunk of NDJSON lines that let the typed decoder's records stand for
-the reference decoder's (colread.py): where a line's keys may end.
+the reference decoder's (reader.py): where a line's keys may end.
 
 msgspec accepts a repeated key (the last wins), which the reference decoder refuses. A key
 is a JSON string followed by ``:`` after optional whitespace, so the colons whose previous
-byte other than whitespace is ``"`` bound a line's keys from above; colread compares their
+byte other than whitespace is ``"`` bound a line's keys from above; reader compares their
 count with the fields the typed decoder produced (docs/replay.md, "Decoding").
 
 msgspec's ``decode_lines`` also reads a value across a newline and two values from one line,
 which the reference decoder (one value per line) refuses: `glued_values` finds a value that
-follows another on its line, which colread needs to prove one value per line.
+follows another on its line, which reader needs to prove one value per line.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The columnar checker: a step log judged chunk by chunk over whole columns.
 
-Each chunk of whole lines is decoded into columns (colread.py: canonical request_step lines
-straight from the bytes, colscan.py; the other lines through a typed decoder) and checked at
+Each chunk of whole lines is decoded into columns (reader.py: canonical request_step lines
+straight from the bytes, scanner.py; the other lines through a typed decoder) and checked at
 once: the blocks against the step rules evaluated over arrays
-(colblocks.py), the order of records per request and per step (colseq.py). The chunk's last
+(blocks.py), the order of records per request and per step (sequence.py). The chunk's last
 engine step waits for the next chunk, so every check sees whole steps. Memory is a few
 chunks plus the open requests, whatever the log's length.
 
@@ -42,8 +42,8 @@ from ..accounts import metrics_divergence
 from ..report import ReplayResult, Tally, make_summary, stats_not_compared
 from . import jit
 from .array_arith import Ints
-from .colblocks import COUNT_FIELDS, BlockColumns, ShapeTable, check_blocks
-from .colread import (
+from .blocks import COUNT_FIELDS, BlockColumns, ShapeTable, check_blocks
+from .reader import (
     ABSENT,
     COLUMNS,
     OUTCOME_CODE,
@@ -56,7 +56,7 @@ from .colread import (
     empty_lines,
     worth_compiling,
 )
-from .colseq import (
+from .sequence import (
     INF_LINE,
     Event,
     RequestTable,
@@ -72,7 +72,7 @@ STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
 MAX_EXACT_FLOAT = 2**53  # delivered and per-position counts are bounded by this here
 _COUNT = {name: i for i, name in enumerate(COLUMNS[1:])}  # a column of `_check`'s blocks
 # Those rows are the shape table's key fields in its order, so `check_blocks` takes them as
-# they are (one matrix, `colkeys.shape_keys`); a reordering must fail here, not go slow.
+# they are (one matrix, `hashing.shape_keys`); a reordering must fail here, not go slow.
 assert COLUMNS[1:] == COUNT_FIELDS, (COLUMNS, COUNT_FIELDS)
 _STATS_TOTALS = attrgetter("num_drafts", "num_draft_tokens", "num_accepted_tokens")
 
@@ -195,7 +195,7 @@ class Columnar:
             if header.profile is None:
                 raise Irregular("no counting profile")
             if header.profile != LEGACY_PROFILE:
-                # The array rules (colblocks.block_inputs) mirror translate.py for vllm-legacy;
+                # The array rules (blocks.block_inputs) mirror translate.py for vllm-legacy;
                 # a log of another profile is the reference replay's.
                 raise Irregular(f"profile {header.profile}: checked by the reference replay")
             self.header = header
@@ -263,7 +263,7 @@ class Columnar:
         rq_at = np.flatnonzero(kinds == LineKind.REQUEST)
         ss_at = np.flatnonzero(kinds == LineKind.STEP_STATS)
         # The blocks' counts as rows (np.take: faster than values[rs_at]); the columns after
-        # the step are colblocks.COUNT_FIELDS, the shape table's key fields, in order. The
+        # the step are blocks.COUNT_FIELDS, the shape table's key fields, in order. The
         # whole rows are taken, then the step left out by a view: `np.take` of the strided
         # ``values[:, 1:]`` first copied all of it, one more array of the chunk's size (the
         # one whose size moved from chunk to chunk, so glibc's heap grew to fit it).

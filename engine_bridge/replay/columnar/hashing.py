@@ -1,18 +1,18 @@
 """The shape table's plumbing, compiled: keys and slots, and per-step sums over shapes.
 
-`colblocks.ShapeTable` finds each block's shape (everything the rules read of a block) in an
+`blocks.ShapeTable` finds each block's shape (everything the rules read of a block) in an
 open-addressing hash table over numpy arrays. The key of a block packs its nine counts
-(-1 .. k + 2, stored + 1 in ``width`` bits each, in `colblocks.COUNT_FIELDS` order) and its
+(-1 .. k + 2, stored + 1 in ``width`` bits each, in `blocks.COUNT_FIELDS` order) and its
 three flags (applied, structured, stale: one bit each) into one int64 (`ShapeTable._key`
 says the same with numpy, column by column; the tests hold the two equal). Its slot is the
 top ``bits`` bits of ``key * MIX`` modulo 2**64 (Fibonacci hashing, `ShapeTable._slots`),
 and a key is found by linear probing from there (the table at most a quarter full, so a
 search takes one or two probes); `shape_ids` adds the keys it does not find, in the order of
 their first blocks. `run_sums` then sums, per engine step (a run of the chunk's blocks), the
-packed legacy counts of its blocks' shapes (`colseq.Lanes`, read from the table by shape id
+packed legacy counts of its blocks' shapes (`sequence.Lanes`, read from the table by shape id
 instead of gathered into one word per block first).
 
-This module is no rule: the rules run over the shapes the table holds (colblocks.py). It is
+This module is no rule: the rules run over the shapes the table holds (blocks.py). It is
 the table's plumbing, which numpy can only do as a dozen passes over the chunk (a bound
 check, a product, the flags, a multiply, gathers, compares, a sort of the new keys; then a
 gather per word and a segment sum); compiled (jit.py), each is one pass over the rows (the
@@ -34,9 +34,9 @@ Ints = np.ndarray[Any, np.dtype[np.int64]]
 Bools = np.ndarray[Any, np.dtype[np.bool_]]
 
 MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: the top bits of key * 2**64 / phi
-COUNTS = 9  # the counts of a block in a key: colblocks.COUNT_FIELDS (checked at its import)
+COUNTS = 9  # the counts of a block in a key: blocks.COUNT_FIELDS (checked at its import)
 # Chunks with fewer blocks take the numpy path, so a small log never imports numba: 8,192
-# request_step lines are about 1.5-1.8 MB, above what `colscan.MIN_BYTES` (1 MiB) lets the typed
+# request_step lines are about 1.5-1.8 MB, above what `scanner.MIN_BYTES` (1 MiB) lets the typed
 # decoder take alone. The tests set 0 so that every chunk runs the kernels.
 MIN_ROWS = 1 << 13
 _KERNELS = ("_shape_keys", "_shape_ids", "_run_sums")
