@@ -297,9 +297,11 @@ def shift_terms(
     for the reference replay, whole arrays for the columnar one, Z3 terms for the proofs.
     ``profile``: the release's counting facts (in vLLM 0.34 async drafted keeps
     grammar-invalid slots)."""
+    zero, one = ar.lit(0), ar.lit(1)
+    if profile.engine_counts is EngineCounts.RFC:  # an engine with the fix: nothing shifts
+        return tuple(zero for _ in SHIFT_TERMS)
     p = pipeline(mode, x, ar, profile)
     subtracts = profile.async_counted_keeps is not GrammarKeep.EVERYTHING
-    zero, one = ar.lit(0), ar.lit(1)
     d = p.scheduled_drafts
     if Mode(mode) is Mode.SYNC:
         grammar = ar.sub(x.proposed, p.after_grammar_sync)
