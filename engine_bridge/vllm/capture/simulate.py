@@ -173,11 +173,12 @@ class SimRunner:
     scheduled, the accepted tokens are those drafts, and ``take_draft_token_ids`` hands them
     back as the V2 ``DraftTokensHandler`` does (token ids when the batch has a structured
     request, else only the widths ``[-1] * k``; a ``skip_drafts`` step proposes -1 in every
-    slot). Without it (the workloads recorded with one generator): the runner keeps no drafts,
-    it verifies the tokens the scheduler scheduled (a placeholder ``-1`` stands for a draft it
-    does not see) and draws the accepted tokens afresh; the drafter proposes when asked, after
-    a sync step a random width of 0..k per request the scheduler still holds, for a deferred
-    async step the width the scheduler left for it."""
+    slot). Without it (``sim_scheduler`` and ``async_sim``: one generator, so that their seeds
+    keep giving the logs they always gave, the committed ``draft-k3`` ones among them): the
+    runner keeps no drafts, it verifies the tokens the scheduler scheduled (a placeholder ``-1``
+    stands for a draft it does not see) and draws the accepted tokens afresh; the drafter
+    proposes when asked, after a sync step a random width of 0..k per request the scheduler
+    still holds, for a deferred async step the width the scheduler left for it."""
 
     def __init__(self, sched: Any, draws: Draws, k: int, device_drafts: bool) -> None:
         self.sched = sched
