@@ -40,9 +40,15 @@ echo "capture_vllm.sh: writing to $out" >&2
 with_suffix=()
 if [[ $quick == 0 && ( $only == 0 || $only_suffix == 1 ) ]]; then with_suffix=(--with-suffix); fi
 PY="$(python3 "$REPO/engine_bridge/vllm/capture/env.py" --quiet "${with_suffix[@]}" | tail -n 1)"
-cd /tmp  # run from outside the checkout: repository folders are not top-level modules
-"$PY" -m spectally.engine_bridge.vllm.capture.capture --out "$out" "${args[@]}"
+mkdir -p "$out" && out="$(cd "$out" && pwd)"
+# Run from a private empty folder (never the checkout or /tmp, where a stray h2.py would shadow
+# a package), and with safe-path semantics (Python >= 3.11; the engine's children inherit it).
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+export PYTHONSAFEPATH=1
+"$PY" -m spectally.engine_bridge.vllm.capture matrix --out "$out" "${args[@]}"
 if [[ $all == 1 ]]; then
-    "$PY" -m spectally.engine_bridge.vllm.capture.serve_capture --out "$out" --manifest
-    "$PY" -m spectally.engine_bridge.vllm.capture.fixtures "$out"
+    "$PY" -m spectally.engine_bridge.vllm.capture serve --out "$out" --manifest
+    "$PY" -m spectally.engine_bridge.vllm.capture fixtures "$out"
 fi

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spectally.engine_bridge.vllm.capture.env import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 PATCH_033 = REPO / "patches" / "vllm-0.33.0-spec-decode-counting.patch"
@@ -61,7 +62,7 @@ def _capture(tree: Path, out: Path, only: list[str]) -> None:
         "PYTHONPATH": os.pathsep.join([str(tree), str(REPO / "typecheck")]),
     }
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
+    proc = run_python(
         cmd, cwd=out, env=env, capture_output=True, text=True, check=False, timeout=12 * 60
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -272,7 +273,7 @@ def test_patched_034_schedulers_with_the_honest_simulator(tmp_path: Path, mode: 
     tree = _tree(PATCH_034, version="0.34.0", ops=False)
     out = tmp_path / "out"
     module = "spectally.engine_bridge.vllm.capture.sim_so"
-    proc = subprocess.run(
+    proc = run_python(
         [str(python), "-m", module, "--mode", mode, "--out", str(out)],
         env={
             **os.environ,

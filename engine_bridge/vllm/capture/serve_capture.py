@@ -41,6 +41,7 @@ from typing import Any
 
 from spectally.engine_bridge.steplog import schema
 from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
+from spectally.engine_bridge.vllm.capture.env import start_python
 from spectally.engine_bridge.vllm.capture.manifest import check_log, merge_run, summarize
 
 MARKER = "SpecDecoding metrics:"
@@ -163,9 +164,7 @@ def serve_one(cfg: ServeConfig, out: Path, python: str = sys.executable) -> dict
     server_log = out / f"{cfg.name}.server.log"
     base = f"http://127.0.0.1:{port}"
     with server_log.open("w") as log_fh:
-        proc = subprocess.Popen(
-            cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env, cwd="/", start_new_session=True
-        )
+        proc = start_python(cmd, env, stdout=log_fh, stderr=subprocess.STDOUT)
         scrapes: list[str] = []
         responses: list[dict[str, Any]] = []
         try:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from spectally.engine_bridge.vllm.capture.capture import JSON_SCHEMA, PROMPTS, RECORDER
+from spectally.engine_bridge.vllm.capture.env import start_python
 from spectally.engine_bridge.vllm.capture.serve_capture import (
     _free_port,
     _get,
@@ -158,9 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sent: dict[str, str] = {}
     t_load = 0.0
     with server_log.open("w") as log_fh:
-        proc = subprocess.Popen(
-            cmd, stdout=log_fh, stderr=subprocess.STDOUT, env=env, cwd="/", start_new_session=True
-        )
+        proc = start_python(cmd, env, stdout=log_fh, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 300
             while True:
