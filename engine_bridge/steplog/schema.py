@@ -3,9 +3,10 @@ per record kind.
 
 Every producer of step logs builds its records here (the recorder in vLLM, the llama.cpp
 importer, the synthetic generators, the capture drivers' totals), and both judges read them by
-the names declared here: the reference replay keeps reading plain dicts, the columnar judge
-decodes into the typed structs of `typed`, whose fields these names fix. spec/STEP_LOG.md is
-the format's prose and spec/step_log.schema.json its validator; a test keeps the three equal.
+the names declared here: the reference replay reads the plain dicts as the ``TypedDict``s
+below, the columnar judge decodes into the typed structs of `typed`, whose fields these names
+fix. spec/STEP_LOG.md is the format's prose and spec/step_log.schema.json its validator; a test
+keeps the three equal.
 
 Each constructor writes its keys in one fixed order, the order every log ever written has: a
 record's bytes (``json.dumps`` keeps insertion order) do not depend on who built it. Optional
@@ -15,8 +16,8 @@ fields are written only when given (``None`` means absent, except for the nullab
 Each body record kind is a ``TypedDict`` here (`RequestStepRecord`, `RequestRecord`,
 `StepStatsRecord`, `TotalsRecord`): its keys, in written order, are the kind's field tuple
 (`REQUEST_STEP_FIELDS`, ...), the constructors build their records as it, and the reference
-replay reads its records through it, so mypy checks every field name either spells against
-this one definition.
+replay (`replay.reference_replay`, `translate`) reads its request_step, request and step_stats
+records through it, so mypy checks every field name either spells against this one definition.
 
 Outcome names come from the reference (`spectally.reference.machine.Outcome`); the reference
 never imports the bridge. This module is plain Python (no msgspec, no numpy): the reference
