@@ -12,7 +12,7 @@ folded into the counters by ``step.rfc_step`` / ``step.legacy_step``. An illegal
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from .arith import INT_ARITH
@@ -396,20 +396,7 @@ class Engine:
         # [ATTR-1] a block event is keyed by the step that scheduled the block
         block = state.block_at(step)
         if block is None:
-            if stage not in (Stage.PROPOSE, Stage.PAD):
-                raise illegal(f"no open block at step {step}: a block opens with Propose or Pad")
-            # [E3] one block per request and step, opened in the current step
-            if step != self.current_step:
-                raise illegal("a block can only be opened in the current step")
-            if state.last_block_step == step:
-                raise illegal(f"a request has at most one draft block per step (step {step})")
-            # The next block opens only once the previous one is in the forward pass
-            # (verified, result not yet processed): async schedules it then; sync's drafter
-            # proposes from that forward pass, and an abort processed before its output (vLLM
-            # EngineCoreProc) leaves both open until the Abort discards them.
-            if any(Stage.VERIFY not in b.stages for b in state.blocks):
-                raise illegal("the previous block has not reached the target yet")
-            block = Block(step, (), fresh_block(state.structured, INT_ARITH))
+            block = self._open_block(state, stage, step, illegal)
         else:
             # [E4] a block's events follow its mode's pipeline, each stage at most once
             order = STAGE_ORDER[mode]
@@ -426,24 +413,55 @@ class Engine:
             # Sync runs one forward pass at a time: the next block reaches the target only
             # after the engine processed the previous block's output.
             raise illegal("sync mode: the previous block's output is not processed yet")
+        if isinstance(event, Accept):
+            return self._accept(state, block, others, count, illegal)
         # [E5] each count is bounded by what reaches its stage (transitions.stage_rule)
-        if not isinstance(event, Accept):  # Accept is checked below (accept_rule)
-            rule = RULE_STAGE[stage]
-            conditions, after, named = stage_rule(
-                mode, rule, block.so_far, count, k, INT_ARITH, self.config.profile
-            )
-            for reason, ok in conditions:
-                if not ok:
-                    raise illegal(reason.format(**named))
-            block = replace(block, stages=(*block.stages, stage), so_far=after)
-            blocks = tuple(sorted((*others, block), key=_block_step)) if others else (block,)
-            return (
-                RequestState(
-                    state.request, state.structured, state.status, blocks, state.counters, step
-                ),
-                [],
-            )
+        rule = RULE_STAGE[stage]
+        conditions, after, named = stage_rule(
+            mode, rule, block.so_far, count, k, INT_ARITH, self.config.profile
+        )
+        for reason, ok in conditions:
+            if not ok:
+                raise illegal(reason.format(**named))
+        block = replace(block, stages=(*block.stages, stage), so_far=after)
+        blocks = tuple(sorted((*others, block), key=_block_step)) if others else (block,)
+        return (
+            RequestState(
+                state.request, state.structured, state.status, blocks, state.counters, step
+            ),
+            [],
+        )
 
+    def _open_block(
+        self, state: RequestState, stage: Stage, step: int, illegal: Callable[[str], IllegalEvent]
+    ) -> Block:
+        """The block a Propose or Pad opens for ``state`` at ``step``."""
+        if stage not in (Stage.PROPOSE, Stage.PAD):
+            raise illegal(f"no open block at step {step}: a block opens with Propose or Pad")
+        # [E3] one block per request and step, opened in the current step
+        if step != self.current_step:
+            raise illegal("a block can only be opened in the current step")
+        if state.last_block_step == step:
+            raise illegal(f"a request has at most one draft block per step (step {step})")
+        # The next block opens only once the previous one is in the forward pass
+        # (verified, result not yet processed): async schedules it then; sync's drafter
+        # proposes from that forward pass, and an abort processed before its output (vLLM
+        # EngineCoreProc) leaves both open until the Abort discards them.
+        if any(Stage.VERIFY not in b.stages for b in state.blocks):
+            raise illegal("the previous block has not reached the target yet")
+        return Block(step, (), fresh_block(state.structured, INT_ARITH))
+
+    def _accept(
+        self,
+        state: RequestState,
+        block: Block,
+        others: tuple[Block, ...],
+        count: int,
+        illegal: Callable[[str], IllegalEvent],
+    ) -> tuple[RequestState, list[ClosedBlock]]:
+        """``block`` closed by an Accept of ``count`` tokens; ``others``: the request's other
+        open blocks."""
+        mode, k = self.config.mode, self.config.k
         # [E6] Accept closes the block: applied, or discarded if its stale output was dropped
         conditions, inputs = accept_rule(
             mode,
@@ -459,7 +477,7 @@ class Engine:
         if reasons:
             raise illegal("; ".join(reasons))
         outcome = Outcome.APPLIED if inputs.applied else Outcome.DISCARDED_STALE
-        closed = self._closed(rid, step, outcome, inputs)
+        closed = self._closed(state.request, block.step, outcome, inputs)
         new = RequestState(
             state.request,
             state.structured,

@@ -83,9 +83,15 @@ def _bounded(ctx: click.Context, param: click.Parameter, value: int | None) -> i
     default="vllm-legacy",
     show_default=True,
     help="the engine release's counting profile (reference/profile.py): its pipeline and its"
-    " own counters",
+    " own counters, printed and keyed under the profile's name",
 )
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="print JSON: \"rfc\" (the RFC's counters), the profile's name (the engine's own"
+    ' counters under that profile, e.g. "vllm-legacy") and "token_fates"',
+)
 def step(
     mode: str,
     proposed: int,
@@ -96,7 +102,8 @@ def step(
     profile_name: str,
     as_json: bool,
 ) -> None:
-    """Evaluate one request-step: each draft's fate and the counters under both profiles."""
+    """Evaluate one request-step: each draft's fate, the rfc counters and the engine's own
+    counters under the chosen profile (labelled with the profile's name)."""
     from spectally.reference.machine import step_counts
     from spectally.reference.profile import PROFILES
     from spectally.reference.step import Mode, StepQuery, token_fates
@@ -117,7 +124,10 @@ def step(
         click.echo(f"spectally step: inadmissible input: {'; '.join(reasons)}", err=True)
         sys.exit(ExitCode.BAD_INPUT)
     inputs = query.inputs()
-    result: dict[str, Any] = step_counts(query.mode, inputs, profile)
+    counts = step_counts(query.mode, inputs, profile)
+    # step_counts names the engine's own counters "vllm-legacy" whatever the profile; they
+    # are the chosen profile's, so they carry its name.
+    result: dict[str, Any] = {"rfc": counts["rfc"], profile_name: counts["vllm-legacy"]}
     fates = token_fates(query.mode, inputs, profile)
     result["token_fates"] = fates
     if as_json:
@@ -128,12 +138,13 @@ def step(
         click.echo(f"profile {profile_name}: the release's pipeline and its own counters")
     for i, fate in enumerate(fates):
         click.echo(f"  draft {i}: {fate}")
-    rfc, legacy = result["rfc"], result["vllm-legacy"]
+    rfc, own = result["rfc"], result[profile_name]
+    width = max(len("vllm-legacy"), len(profile_name))
     click.echo(
-        f"rfc         drafted {rfc['drafted']}  verified {rfc['verified']}  "
+        f"{'rfc':<{width}} drafted {rfc['drafted']}  verified {rfc['verified']}  "
         f"accepted {rfc['accepted']}  spec_steps {rfc['spec_steps']}"
     )
     click.echo(
-        f"vllm-legacy drafted {legacy['drafted']}  accepted {legacy['accepted']}  "
-        f"spec_steps {legacy['spec_steps']}"
+        f"{profile_name:<{width}} drafted {own['drafted']}  accepted {own['accepted']}  "
+        f"spec_steps {own['spec_steps']}"
     )

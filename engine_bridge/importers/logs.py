@@ -199,9 +199,18 @@ def _check_values(path: str, lineno: int, got: Parsed) -> None:
     its definition's floor, a negative throughput, an acceptance rate or a system efficiency
     outside [0, 1] of its scale (NaN stands for nothing drafted, which the checks compare).
     NaN compares false, so these are refused here rather than passing the checks unnoticed."""
-    layout, v = got.layout, got.values
-    for name, (text, col) in v.items():
-        conv = layout.conv(name)
+    _printable_counts(path, lineno, got)
+    _printable_k(path, lineno, got)
+    _printable_per_pos(path, lineno, got)
+    _printable_mean(path, lineno, got)
+    _printable_throughputs(path, lineno, got)
+    _printable_rates(path, lineno, got)
+
+
+def _printable_counts(path: str, lineno: int, got: Parsed) -> None:
+    """Every count within 2**63 - 1 (counted in digits, before converting)."""
+    for name, (text, col) in got.values.items():
+        conv = got.layout.conv(name)
         assert conv is not None
         if conv.kind == "d" and digits_too_long(text):
             raise _bad(
@@ -210,58 +219,75 @@ def _check_values(path: str, lineno: int, got: Parsed) -> None:
                 col,
                 f"{conv.label} has {len(text)} digits: beyond the limit 2**63 - 1 (docs/limits.md)",
             )
-    if "k" in v:
-        text, col = v["k"]
-        if int(text) < 1 or int(text) > MAX_K:
+
+
+def _printable_k(path: str, lineno: int, got: Parsed) -> None:
+    if "k" not in got.values:
+        return
+    text, col = got.values["k"]
+    if int(text) < 1 or int(text) > MAX_K:
+        raise _bad(
+            path,
+            lineno,
+            col,
+            f"Number of speculative tokens {text}: k is 1..{MAX_K} (V0 divides the drafted"
+            " tokens by it; docs/limits.md)",
+        )
+
+
+def _printable_per_pos(path: str, lineno: int, got: Parsed) -> None:
+    """One to MAX_K per-position rates, each in [0, 1]; the column of the one at fault."""
+    if "per_pos" not in got.values:
+        return
+    text, col = got.values["per_pos"]
+    if not text:
+        raise _bad(
+            path,
+            lineno,
+            col,
+            "Per-position acceptance rate is an empty list: vLLM prints one rate per draft"
+            " position (k >= 1)",
+        )
+    if text.count(",") >= MAX_K:  # before splitting: k rates are k - 1 separators
+        raise _bad(
+            path,
+            lineno,
+            col,
+            f"more than {MAX_K} per-position rates: k is at most {MAX_K} (docs/limits.md)",
+        )
+    offset = col
+    for i, item in enumerate(text.split(", ")):
+        if not 0.0 <= float(item) <= 1.0:
             raise _bad(
                 path,
                 lineno,
-                col,
-                f"Number of speculative tokens {text}: k is 1..{MAX_K} (V0 divides the drafted"
-                " tokens by it; docs/limits.md)",
+                offset,
+                f"Per-position acceptance rate {item} at position {i}: a_i/n is a number in"
+                " [0, 1] (accepted at that position over the drafts of the interval)",
             )
-    if "per_pos" in v:
-        text, col = v["per_pos"]
-        if not text:
-            raise _bad(
-                path,
-                lineno,
-                col,
-                "Per-position acceptance rate is an empty list: vLLM prints one rate per draft"
-                " position (k >= 1)",
-            )
-        if text.count(",") >= MAX_K:  # before splitting: k rates are k - 1 separators
-            raise _bad(
-                path,
-                lineno,
-                col,
-                f"more than {MAX_K} per-position rates: k is at most {MAX_K} (docs/limits.md)",
-            )
-        offset = col
-        for i, item in enumerate(text.split(", ")):
-            if not 0.0 <= float(item) <= 1.0:
-                raise _bad(
-                    path,
-                    lineno,
-                    offset,
-                    f"Per-position acceptance rate {item} at position {i}: a_i/n is a number in"
-                    " [0, 1] (accepted at that position over the drafts of the interval)",
-                )
-            offset += len(item) + 2
-    if "mean" in v:
-        text, col = v["mean"]
-        floor = min(layout.mean_offsets)
-        if float(text) < floor:
-            definition = "1 + Accepted/num_drafts" if floor else "Accepted/num_drafts"
-            raise _bad(
-                path,
-                lineno,
-                col,
-                f"Mean acceptance length {text} is below {floor}: it is {definition}",
-            )
+        offset += len(item) + 2
+
+
+def _printable_mean(path: str, lineno: int, got: Parsed) -> None:
+    if "mean" not in got.values:
+        return
+    text, col = got.values["mean"]
+    floor = min(got.layout.mean_offsets)
+    if float(text) < floor:
+        definition = "1 + Accepted/num_drafts" if floor else "Accepted/num_drafts"
+        raise _bad(
+            path,
+            lineno,
+            col,
+            f"Mean acceptance length {text} is below {floor}: it is {definition}",
+        )
+
+
+def _printable_throughputs(path: str, lineno: int, got: Parsed) -> None:
+    v = got.values
     for name in ("acc_tp", "dr_tp"):
         if name in v and float(v[name][0]) < 0.0:
-            conv = layout.conv(name)
+            conv = got.layout.conv(name)
             assert conv is not None
             raise _bad(
                 path,
@@ -269,14 +295,19 @@ def _check_values(path: str, lineno: int, got: Parsed) -> None:
                 v[name][1],
                 f"{conv.label} {v[name][0]} tokens/s is negative: it is tokens over elapsed time",
             )
-    scale = rate_scale(layout)
+
+
+def _printable_rates(path: str, lineno: int, got: Parsed) -> None:
+    """The acceptance rate within [0, 1] of the layout's scale (or percent), the system
+    efficiency within [0, 1]; NaN (nothing drafted) passes."""
+    scale = rate_scale(got.layout)
     for name, what in (("rate", "Accepted/Drafted"), ("efficiency", "emitted over the most")):
-        if name not in v:
+        if name not in got.values:
             continue
-        text, col = v[name]
+        text, col = got.values[name]
         value = float(text)
         if not (math.isnan(value) or 0.0 <= value <= (scale if name == "rate" else 1.0)):
-            conv = layout.conv(name)
+            conv = got.layout.conv(name)
             assert conv is not None
             unit = "%" if name == "rate" and scale == 100.0 else ""
             top = "100" if unit else "1"

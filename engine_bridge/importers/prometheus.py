@@ -181,7 +181,8 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
 def samples_of_line(path: str, lineno: int, line: str) -> list[Sample]:
     """The samples of one exposition line (a sample line, not a comment), parsed by
     ``prometheus_client``'s parser; `BadInput` naming ``path:lineno`` if it is malformed. Every
-    reader of Prometheus text here (vLLM's scrapes, llama-server's) parses through this."""
+    reader of Prometheus text here (vLLM's scrapes, llama-server's, SGLang's gauges) parses
+    through this."""
     try:
         families = list(text_string_to_metric_families(line + "\n"))
     except (ValueError, IndexError, KeyError, TypeError) as exc:

@@ -236,6 +236,39 @@ def _consistency(r: RequestMetrics, replay: StepReplay | None) -> list[Finding]:
         m["num_accepted_draft_tokens"],
     )
     hist: list[int] = m["acceptance_histogram"]
+    bad = _histogram_and_bounds(k, steps, drafted, accepted, hist)
+    bad += _ratios(m, steps, drafted, accepted)
+    per_acc, per_dr = m.get("per_step_accepted"), m.get("per_step_drafted")
+    replayed = ""
+    if per_acc is not None or per_dr is not None:
+        bad.extend(_check_detailed(r, k, steps, drafted, accepted, hist, per_acc, per_dr))
+        if replay is not None and replay.problem is not None:
+            bad.append(("detailed replay", replay.problem))
+        elif replay is not None and per_acc is not None:
+            replayed = (
+                f"; {len(per_acc)} detailed steps replayed through the reference's step rules"
+            )
+    findings = [Finding(r.path, r.line, VIOLATION, c, f"{r.request}: {msg}") for c, msg in bad]
+    if not bad:
+        findings.append(
+            Finding(
+                r.path,
+                r.line,
+                OK,
+                "request metrics consistent",
+                f"{r.request}: {steps} steps, drafted {drafted}, accepted"
+                f" {accepted}, histogram {hist}{replayed}",
+            )
+        )
+    return findings
+
+
+def _histogram_and_bounds(
+    k: int, steps: int, drafted: int, accepted: int, hist: list[int]
+) -> list[tuple[str, str]]:
+    """The acceptance histogram against the counts (k + 1 buckets, summing to the steps,
+    weighting to the accepted drafts) and accepted <= drafted <= k x steps: (check, why) of
+    each that fails."""
     bad: list[tuple[str, str]] = []
     if len(hist) != k + 1:
         bad.append(
@@ -257,8 +290,13 @@ def _consistency(r: RequestMetrics, replay: StepReplay | None) -> list[Finding]:
         bad.append(("accepted <= drafted", f"accepted {accepted} > drafted {drafted}"))
     if drafted > k * steps:
         bad.append(("drafted <= k·steps", f"drafted {drafted} > k={k} * steps {steps}"))
-    # vLLM's per-request formulas: the reference's `Ratio`s over the legacy counters, with the
-    # values vLLM gives an empty denominator.
+    return bad
+
+
+def _ratios(m: dict[str, Any], steps: int, drafted: int, accepted: int) -> list[tuple[str, str]]:
+    """vLLM's per-request formulas: the reference's `Ratio`s over the legacy counters, with
+    the values vLLM gives an empty denominator; (field, why) of each the request misreports."""
+    bad: list[tuple[str, str]] = []
     for name, ratio, formula, if_zero in (
         (
             "mean_acceptance_length",
@@ -283,29 +321,7 @@ def _consistency(r: RequestMetrics, replay: StepReplay | None) -> list[Finding]:
         ):
             why = if_zero if ratio.denominator == 0 else ""
             bad.append((name, f"{reported} != {formula} = {expected:.6f}{why}"))
-    per_acc, per_dr = m.get("per_step_accepted"), m.get("per_step_drafted")
-    replayed = ""
-    if per_acc is not None or per_dr is not None:
-        bad.extend(_check_detailed(r, k, steps, drafted, accepted, hist, per_acc, per_dr))
-        if replay is not None and replay.problem is not None:
-            bad.append(("detailed replay", replay.problem))
-        elif replay is not None and per_acc is not None:
-            replayed = (
-                f"; {len(per_acc)} detailed steps replayed through the reference's step rules"
-            )
-    findings = [Finding(r.path, r.line, VIOLATION, c, f"{r.request}: {msg}") for c, msg in bad]
-    if not bad:
-        findings.append(
-            Finding(
-                r.path,
-                r.line,
-                OK,
-                "request metrics consistent",
-                f"{r.request}: {steps} steps, drafted {drafted}, accepted"
-                f" {accepted}, histogram {hist}{replayed}",
-            )
-        )
-    return findings
+    return bad
 
 
 def _check_detailed(

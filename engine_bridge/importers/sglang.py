@@ -41,6 +41,7 @@ from typing import Any
 from ..steplog.limits import MAX_INT
 from ..steplog.source import BadInput, iter_text_lines, strict_loads
 from .findings import NOTE, OK, VIOLATION, Finding
+from .prometheus import samples_of_line
 
 VERSION = "0.5.23"
 HALF_ULP = 0.005  # :.2f
@@ -195,9 +196,8 @@ def check_log(path: str, d: int | None, lines: Lines) -> list[Finding]:
 
 
 def check_prometheus(path: str, d: int | None, lines: Lines) -> list[Finding]:
-    """Per label set and scrape: the two interval gauges, as one interval."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    """Per label set and scrape: the two interval gauges, as one interval. Each sample line is
+    parsed by the bridge's one Prometheus reader (`prometheus.samples_of_line`)."""
     found: dict[tuple[int, tuple[tuple[str, str], ...]], dict[str, tuple[float, int]]] = {}
     per_position: list[int] = []
     scrape = 0
@@ -211,19 +211,14 @@ def check_prometheus(path: str, d: int | None, lines: Lines) -> list[Finding]:
             continue
         if not text.startswith(("sglang:spec_accept_", "sglang:spec_total_accept_")):
             continue
-        try:
-            families = list(text_string_to_metric_families(text + "\n"))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BadInput(path, no, 1, f"not Prometheus text: {exc}") from None
-        for fam in families:
-            for s in fam.samples:
-                if s.name in GAUGES:
-                    labels = tuple(sorted(s.labels.items()))
-                    found.setdefault((scrape, labels), {})[s.name] = (s.value, no)
-                elif s.name.startswith(PER_POSITION):
-                    if not (math.isfinite(s.value) and 0 <= s.value <= 1):
-                        raise BadInput(path, no, 1, f"{s.name} {s.value} is outside [0, 1]")
-                    per_position.append(no)
+        for s in samples_of_line(path, no, text):
+            if s.name in GAUGES:
+                labels = tuple(sorted(s.labels.items()))
+                found.setdefault((scrape, labels), {})[s.name] = (s.value, no)
+            elif s.name.startswith(PER_POSITION):
+                if not (math.isfinite(s.value) and 0 <= s.value <= 1):
+                    raise BadInput(path, no, 1, f"{s.name} {s.value} is outside [0, 1]")
+                per_position.append(no)
     if not found and not per_position:
         raise BadInput(path, 1, 1, "no sglang:spec_accept_length / _rate sample")
     out: list[Finding] = []

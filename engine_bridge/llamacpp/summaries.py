@@ -180,75 +180,87 @@ def parse(path: str, lines: Iterable[tuple[int, str]]) -> Iterator[Parsed]:
             yield pending
             pending = None
         if "statistics" in text and "#calls(b,g,a)" in text:
-            m = STATS.search(text)
-            if m is None:
-                at = text.index("statistics")
-                raise BadInput(path, no, at + 1, "unrecognised llama.cpp 'statistics' line")
-            mean = _float(path, no, m, "mean", "#mean acc len") if m.group("mean") else None
-            stat_pos = _rates(path, no, m, "pos") if m.group("mean") else None
-            yield Statistics(
-                path,
-                no,
-                m.group("impl"),
-                _int(path, no, m, "ca"),
-                _int(path, no, m, "gd"),
-                _int(path, no, m, "ad"),
-                _int(path, no, m, "gt"),
-                _int(path, no, m, "at"),
-                mean,
-                stat_pos,
-            )
-            continue
-        if (h := SLOT_HEAD.search(text)) is not None:
+            yield _statistics(path, no, text)
+        elif (h := SLOT_HEAD.search(text)) is not None:
             head = (no, int(h.group("slot")), int(h.group("task")))
-            continue
-        if "draft acceptance rate = " in text:
-            m = MULTILINE.search(text)
-            if m is None:
-                at = text.index("draft acceptance rate")
-                raise BadInput(path, no, at + 1, "unrecognised 'draft acceptance rate' line")
-            slot, task = (head[1], head[2]) if head is not None else (-1, -1)
-            yield Summary(
-                path,
-                no,
-                "multiline",
-                slot,
-                task,
-                _float(path, no, m, "r", "draft acceptance rate"),
-                _int(path, no, m, "a"),
-                _int(path, no, m, "d"),
-                None,
-                None,
-            )
-            continue
-        if "draft acceptance = " in text:
-            s = SLOT.search(text)
-            at = text.index("draft acceptance = ")
-            m = SUMMARY.search(text, at)
-            if s is None or m is None or m.start() != at:
-                raise BadInput(path, no, at + 1, "unrecognised 'draft acceptance' summary")
-            layout = (
-                "pr24536" if m.group("mean_acc") else "mean-len" if m.group("mean_len") else "rate"
-            )
-            mean_name = "mean_acc" if layout == "pr24536" else "mean_len"
-            summary = Summary(
-                path,
-                no,
-                layout,
-                int(s.group("slot")),
-                int(s.group("task")),
-                _float(path, no, m, "r", "draft acceptance"),
-                _int(path, no, m, "a"),
-                _int(path, no, m, "d"),
-                _float(path, no, m, mean_name, "mean length") if layout != "rate" else None,
-                _rates(path, no, m, "pos") if layout == "pr24536" else None,
-            )
-            if layout == "mean-len":
+        elif "draft acceptance rate = " in text:
+            yield _multiline_summary(path, no, text, head)
+        elif "draft acceptance = " in text:
+            summary = _slot_summary(path, no, text)
+            if summary.layout == "mean-len":
                 pending = summary
             else:
                 yield summary
     if pending is not None:
         yield pending
+
+
+def _statistics(path: str, no: int, text: str) -> Statistics:
+    """A ``statistics <impl>:`` line (common_speculative_print_stats)."""
+    m = STATS.search(text)
+    if m is None:
+        at = text.index("statistics")
+        raise BadInput(path, no, at + 1, "unrecognised llama.cpp 'statistics' line")
+    mean = _float(path, no, m, "mean", "#mean acc len") if m.group("mean") else None
+    stat_pos = _rates(path, no, m, "pos") if m.group("mean") else None
+    return Statistics(
+        path,
+        no,
+        m.group("impl"),
+        _int(path, no, m, "ca"),
+        _int(path, no, m, "gd"),
+        _int(path, no, m, "ad"),
+        _int(path, no, m, "gt"),
+        _int(path, no, m, "at"),
+        mean,
+        stat_pos,
+    )
+
+
+def _multiline_summary(path: str, no: int, text: str, head: tuple[int, int, int] | None) -> Summary:
+    """A ``draft acceptance rate = `` line, of the slot and task its print_timing ``head``
+    line names (-1, -1 without one)."""
+    m = MULTILINE.search(text)
+    if m is None:
+        at = text.index("draft acceptance rate")
+        raise BadInput(path, no, at + 1, "unrecognised 'draft acceptance rate' line")
+    slot, task = (head[1], head[2]) if head is not None else (-1, -1)
+    return Summary(
+        path,
+        no,
+        "multiline",
+        slot,
+        task,
+        _float(path, no, m, "r", "draft acceptance rate"),
+        _int(path, no, m, "a"),
+        _int(path, no, m, "d"),
+        None,
+        None,
+    )
+
+
+def _slot_summary(path: str, no: int, text: str) -> Summary:
+    """A slot's one-line ``draft acceptance = `` summary, in whichever layout it has: the rate
+    alone, with the mean length, or with the mean and the per-position rates (pr24536)."""
+    s = SLOT.search(text)
+    at = text.index("draft acceptance = ")
+    m = SUMMARY.search(text, at)
+    if s is None or m is None or m.start() != at:
+        raise BadInput(path, no, at + 1, "unrecognised 'draft acceptance' summary")
+    layout = "pr24536" if m.group("mean_acc") else "mean-len" if m.group("mean_len") else "rate"
+    mean_name = "mean_acc" if layout == "pr24536" else "mean_len"
+    return Summary(
+        path,
+        no,
+        layout,
+        int(s.group("slot")),
+        int(s.group("task")),
+        _float(path, no, m, "r", "draft acceptance"),
+        _int(path, no, m, "a"),
+        _int(path, no, m, "d"),
+        _float(path, no, m, mean_name, "mean length") if layout != "rate" else None,
+        _rates(path, no, m, "pos") if layout == "pr24536" else None,
+    )
 
 
 def steps_range(
@@ -375,6 +387,32 @@ def check_summary(x: Summary) -> list[Finding]:
 
 def check_statistics(x: Statistics) -> list[Finding]:
     """Every check one ``statistics`` line allows (common_speculative_print_stats' sums)."""
+    bad = _statistics_counts(x) + _statistics_mean(x) + _statistics_per_pos(x)
+    findings = [Finding(x.path, x.line, VIOLATION, c, f"{x.impl}: {m}") for c, m in bad]
+    if not bad:
+        a = x.calls_accept
+        findings.append(
+            Finding(
+                x.path,
+                x.line,
+                OK,
+                "llama.cpp statistics",
+                f"{x.impl}: #acc drafts {x.acc_drafts} <= #calls a {a}, #gen drafts"
+                f" {x.gen_drafts} <= #gen tokens {x.gen_tokens}"
+                + (
+                    f", #mean acc len {x.mean:.2f} = 1 + {x.acc_tokens}/{a} and the"
+                    " per-position rates agree with the counts"
+                    if x.mean is not None
+                    else " (no mean or per-position rates in this layout)"
+                ),
+            )
+        )
+    return findings
+
+
+def _statistics_counts(x: Statistics) -> list[tuple[str, str]]:
+    """The counts' own order: accepted drafts within the accept calls and the accepted
+    tokens, generated drafts within the generated tokens."""
     bad: list[tuple[str, str]] = []
     a = x.calls_accept
     if x.acc_drafts > a:
@@ -395,77 +433,71 @@ def check_statistics(x: Statistics) -> list[Finding]:
                 " at least one token",
             )
         )
-    if x.mean is not None:
-        if a == 0:
-            bad.append(("mean printed", "#mean acc len printed with #calls a = 0"))
-        else:
-            implied = 1 + x.acc_tokens / a
-            if abs(x.mean - implied) > MEAN_HALF_ULP + EPS:
-                bad.append(
-                    (
-                        "#mean acc len vs counts",
-                        f"printed {x.mean:.2f} but 1 + #acc tokens / #calls a = 1 +"
-                        f" {x.acc_tokens}/{a} = {implied:.4f}; more than the %.2f half-ulp 0.005"
-                        " apart",
-                    )
-                )
-    if x.per_pos is not None and a > 0:
-        pos = x.per_pos
-        if (why := _nonincreasing(pos)) is not None:
-            bad.append(("#acc rate/pos non-increasing", why))
-        if pos:
-            if abs(pos[0] - x.acc_drafts / a) > POS_HALF_ULP + EPS:
-                bad.append(
-                    (
-                        "#acc rate/pos[0] vs #acc drafts",
-                        f"position 0 rate {pos[0]:.3f} but #acc drafts / #calls a ="
-                        f" {x.acc_drafts}/{a} = {x.acc_drafts / a:.4f} (both count the accept"
-                        " calls with n_accepted > 0)",
-                    )
-                )
-            tol = len(pos) * POS_HALF_ULP + EPS
-            if abs(sum(pos) - x.acc_tokens / a) > tol:
-                bad.append(
-                    (
-                        "#acc rate/pos vs #acc tokens",
-                        f"Σ rates {sum(pos):.3f} but #acc tokens / #calls a ="
-                        f" {x.acc_tokens / a:.4f}; off by more than ±{tol:.4f}",
-                    )
-                )
-            if x.acc_tokens > len(pos) * x.acc_drafts:
-                bad.append(
-                    (
-                        "#acc tokens <= positions x #acc drafts",
-                        f"#acc tokens {x.acc_tokens} > {len(pos)} positions x #acc drafts"
-                        f" {x.acc_drafts}",
-                    )
-                )
-        elif x.acc_tokens:
+    return bad
+
+
+def _statistics_mean(x: Statistics) -> list[tuple[str, str]]:
+    """The printed #mean acc len against 1 + #acc tokens / #calls a, within its rounding."""
+    a = x.calls_accept
+    if x.mean is None:
+        return []
+    if a == 0:
+        return [("mean printed", "#mean acc len printed with #calls a = 0")]
+    implied = 1 + x.acc_tokens / a
+    if abs(x.mean - implied) <= MEAN_HALF_ULP + EPS:
+        return []
+    return [
+        (
+            "#mean acc len vs counts",
+            f"printed {x.mean:.2f} but 1 + #acc tokens / #calls a = 1 +"
+            f" {x.acc_tokens}/{a} = {implied:.4f}; more than the %.2f half-ulp 0.005"
+            " apart",
+        )
+    ]
+
+
+def _statistics_per_pos(x: Statistics) -> list[tuple[str, str]]:
+    """The per-position rates: non-increasing, position 0 the accept calls that accepted,
+    their sum the accepted tokens per accept call, within their rounding."""
+    a = x.calls_accept
+    if x.per_pos is None or a == 0:
+        return []
+    pos = x.per_pos
+    bad: list[tuple[str, str]] = []
+    if (why := _nonincreasing(pos)) is not None:
+        bad.append(("#acc rate/pos non-increasing", why))
+    if not pos:
+        if x.acc_tokens:
             bad.append(
-                (
-                    "#acc rate/pos present",
-                    f"#acc tokens {x.acc_tokens} but no per-position rate",
-                )
+                ("#acc rate/pos present", f"#acc tokens {x.acc_tokens} but no per-position rate")
             )
-    findings = [Finding(x.path, x.line, VIOLATION, c, f"{x.impl}: {m}") for c, m in bad]
-    if not bad:
-        findings.append(
-            Finding(
-                x.path,
-                x.line,
-                OK,
-                "llama.cpp statistics",
-                f"{x.impl}: #acc drafts {x.acc_drafts} <= #calls a {a}, #gen drafts"
-                f" {x.gen_drafts} <= #gen tokens {x.gen_tokens}"
-                + (
-                    f", #mean acc len {x.mean:.2f} = 1 + {x.acc_tokens}/{a} and the"
-                    " per-position rates agree with the counts"
-                    if x.mean is not None
-                    else " (no mean or per-position rates in this layout)"
-                ),
+        return bad
+    if abs(pos[0] - x.acc_drafts / a) > POS_HALF_ULP + EPS:
+        bad.append(
+            (
+                "#acc rate/pos[0] vs #acc drafts",
+                f"position 0 rate {pos[0]:.3f} but #acc drafts / #calls a ="
+                f" {x.acc_drafts}/{a} = {x.acc_drafts / a:.4f} (both count the accept"
+                " calls with n_accepted > 0)",
             )
         )
-    return findings
+    tol = len(pos) * POS_HALF_ULP + EPS
+    if abs(sum(pos) - x.acc_tokens / a) > tol:
+        bad.append(
+            (
+                "#acc rate/pos vs #acc tokens",
+                f"Σ rates {sum(pos):.3f} but #acc tokens / #calls a ="
+                f" {x.acc_tokens / a:.4f}; off by more than ±{tol:.4f}",
+            )
+        )
+    if x.acc_tokens > len(pos) * x.acc_drafts:
+        bad.append(
+            (
+                "#acc tokens <= positions x #acc drafts",
+                f"#acc tokens {x.acc_tokens} > {len(pos)} positions x #acc drafts {x.acc_drafts}",
+            )
+        )
+    return bad
 
 
 def check(parsed: Iterable[Parsed]) -> list[Finding]:

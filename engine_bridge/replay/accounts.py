@@ -4,7 +4,7 @@ and a Prometheus scrape."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ class StepAccount:
     tainted: str | None = None
     # The step's step_stats record (line, record), compared when the step closes, so that a
     # request_step after it is bad input whatever the divergence limit.
-    stats: tuple[int, Record] | None = None
+    stats: tuple[int, Mapping[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.per_pos:
@@ -71,7 +71,7 @@ class StepAccount:
         self,
         log_path: str,
         line: int | None,
-        rec: Record | None,
+        rec: Mapping[str, Any] | None,
         actual: tuple[int, int, int, list[int]],
         last_line: int,
         view: Callable[[str], RequestView],
@@ -112,7 +112,7 @@ class Held:
 
     event: Event
     line: int
-    record: Record
+    record: Mapping[str, Any]
     step: int
 
 
@@ -122,7 +122,7 @@ class Claim:
 
     line: int
     outcome: str
-    record: Record
+    record: Mapping[str, Any]
 
 
 # A request_step field the engine reports: the report's reason when it differs, and the rule of

@@ -22,9 +22,9 @@ then produces the report. Memory: the open requests, the current step and the la
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import add
-from typing import Any
+from typing import Any, cast
 
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.errors import IllegalEvent, InvariantViolation
@@ -33,7 +33,9 @@ from spectally.reference.invariants import check_invariants
 from spectally.reference.machine import Engine, EngineConfig, RequestState
 from spectally.reference.profile import VLLM_LEGACY
 from spectally.reference.step import (
+    LegacyStepCounts,
     Mode,
+    StepInputs,
     legacy_scheduled_invalid,
     legacy_step,
     pipeline,
@@ -42,8 +44,16 @@ from spectally.reference.step import (
 
 from ..steplog.profiles import check_profile, no_profile_reason, resolve
 from ..steplog.records import BadInput, Record, exported_counters, parse_line
+from ..steplog.schema import (
+    APPLIED,
+    PER_POS,
+    RequestRecord,
+    RequestStepRecord,
+    StepStatsRecord,
+)
 from ..steplog.translate import (
     DISCARDED_OUTCOMES,
+    BlockPlan,
     Header,
     Untranslatable,
     counting_profile,
@@ -65,6 +75,9 @@ from .accounts import (
 from .report import Divergence, RequestView, Tally, column, rows, stats_not_compared
 
 ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
+
+# How a block closed: the reference's inputs, the engine's own counts of it, its outcome.
+Closing = tuple[StepInputs[int, bool], LegacyStepCounts[int], str]
 
 __all__ = ["ENDED_MEMORY", "Replayer", "StopReplay", "metrics_divergence"]
 
@@ -138,12 +151,13 @@ class Replayer:
             self.totals_record = (line, rec)
             return
         self._advance(line, rec["step"])
+        # parse_line checked the record against the schema: read it by the schema's names
         if kind == "request_step":
-            self._request_step(line, rec)
+            self._request_step(line, cast(RequestStepRecord, rec))
         elif kind == "request":
-            self._request(line, rec)
+            self._request(line, cast(RequestRecord, rec))
         else:
-            self._step_stats(line, rec)
+            self._step_stats(line, cast(StepStatsRecord, rec))
 
     def _another_totals(self, line: int, rec: Record) -> None:
         """A record after the first totals record: only another source's totals may follow."""
@@ -234,7 +248,7 @@ class Replayer:
         self.tally.steps += 1
         self.account = StepAccount(step, self.k)
 
-    def _lookup(self, line: int, rec: Record) -> RequestState | None:
+    def _lookup(self, line: int, rec: RequestRecord | RequestStepRecord) -> RequestState | None:
         """The request's state; None when it ended (a divergence is recorded) or is
         quarantined after an earlier divergence (counted as skipped)."""
         assert self.engine is not None
@@ -268,7 +282,7 @@ class Replayer:
         self.quarantined[rid] = line
         return None
 
-    def _request(self, line: int, rec: Record) -> None:
+    def _request(self, line: int, rec: RequestRecord) -> None:
         assert self.engine is not None
         rid = rec["request"]
         if rec["event"] == "add":
@@ -285,84 +299,131 @@ class Replayer:
             return
         self.held[rid] = Held(lifecycle_event(rec), line, rec, rec["step"])
 
-    def _request_step(self, line: int, rec: Record) -> None:
-        assert self.engine is not None and self.account is not None
-        rid = rec["request"]
-        step = rec["step"]
-        outcome = rec["outcome"]
+    def _request_step(self, line: int, rec: RequestStepRecord) -> None:
+        """One draft block: applied to the reference, its counts compared with the record's,
+        then folded into the step's account and the log's sums."""
+        assert self.account is not None
+        rid, step = rec["request"], rec["step"]
         if self.account.stats is not None:
             raise BadInput(
                 self.path, line, 1, f"request_step for step {step} after that step's step_stats"
             )
         self._check_delivered(line, rec)
         held = self.held.get(rid)
-        if held is not None and not (outcome in DISCARDED_OUTCOMES and step <= held.step + 1):
+        if held is not None and not (
+            rec["outcome"] in DISCARDED_OUTCOMES and step <= held.step + 1
+        ):
             self._release(rid)
         state = self._lookup(line, rec)
         if state is None:
             self.account.tainted = self.account.tainted or f"request {rid!r} is quarantined"
             return
         self.tally.checked += 1
-        mode = self.mode
+        plan = self._plan(line, rec, state.structured)
+        if plan is None:
+            return
+        if rec["outcome"] == APPLIED:
+            closing = self._close_applied(line, rec, plan)
+        else:
+            closing = self._claim_discarded(line, rec, plan)
+        if closing is None:
+            return
+        inputs, lg, outcome = closing
+        if self._block_agrees(line, rec, plan, inputs, outcome):
+            self._fold(line, rid, inputs, lg)
+
+    def _plan(self, line: int, rec: RequestStepRecord, structured: bool) -> BlockPlan | None:
+        """The block's reference events, applied up to its closing Accept; None (the step's
+        account tainted) when the record cannot be translated or the reference rejects it."""
+        assert self.account is not None
         try:
-            plan = translate_block(mode, state.structured, rec, self.profile)
+            plan = translate_block(self.mode, structured, rec, self.profile)
         except Untranslatable as exc:
             self.account.tainted = f"line {line} could not be translated"
+            view = self._view(rec["request"])
             self._diverge(
-                line, "request_step", step, exc.reason, rec, [], self._view(rid), at=exc.field
+                line, "request_step", rec["step"], exc.reason, rec, [], view, at=exc.field
             )
-            return
+            return None
         for event in plan.events:
             if not self._apply(event, line, rec):
                 self.account.tainted = f"line {line} was rejected by the reference"
-                return
-        accepted = rec["accepted"]
-        expected_accepted = vllm_accepted(rec["sampled"], INT_ARITH)
-        if outcome == "applied":
-            assert plan.accept is not None
-            closed = self._apply_closing(plan.accept, line, rec)
-            if closed is None:
-                self.account.tainted = f"line {line} was rejected by the reference"
-                return
-            inputs = closed.inputs
-            lg = closed.legacy
-            actual_outcome = closed.outcome.value
-        else:
-            block = self.engine.requests[rid].block_at(step)
-            assert block is not None
-            # A discarded block is counted by neither profile: stale output is discarded only
-            # when vLLM dropped it, and then vLLM 0.32 skips it too (SPEC.md R6, L5, DEC-7).
-            # Whether the preemption really dropped it is checked when its Accept is applied.
-            inputs = block.inputs(accepted, False, False)
-            lg = legacy_step(mode, inputs, INT_ARITH, self.profile)
-            actual_outcome = outcome
-            claim = Claim(line, outcome, rec)
-            self.claims[(rid, step)] = claim
-            if plan.accept is not None:
-                self.held_accepts.setdefault(rid, []).append((plan.accept, claim))
-                held = self.held.get(rid)
-                if held is not None and held.record["event"] == "preempt":
-                    self._release(rid)
-        scheduled_slots = pipeline(mode, inputs, INT_ARITH, self.profile).scheduled_slots
+                return None
+        return plan
+
+    def _close_applied(self, line: int, rec: RequestStepRecord, plan: BlockPlan) -> Closing | None:
+        """An applied block closed now by its Accept: the reference's inputs, the engine's
+        counts and outcome of it; None (the account tainted) when the reference rejects it."""
+        assert self.account is not None and plan.accept is not None
+        closed = self._apply_closing(plan.accept, line, rec)
+        if closed is None:
+            self.account.tainted = f"line {line} was rejected by the reference"
+            return None
+        return closed.inputs, closed.legacy, closed.outcome.value
+
+    def _claim_discarded(self, line: int, rec: RequestStepRecord, plan: BlockPlan) -> Closing:
+        """A discarded block: its claimed outcome kept until the reference closes the block,
+        its stale Accept held for the preemption; counted by neither profile."""
+        assert self.engine is not None
+        rid, step, outcome = rec["request"], rec["step"], rec["outcome"]
+        block = self.engine.requests[rid].block_at(step)
+        assert block is not None
+        # A discarded block is counted by neither profile: stale output is discarded only
+        # when vLLM dropped it, and then vLLM 0.32 skips it too (SPEC.md R6, L5, DEC-7).
+        # Whether the preemption really dropped it is checked when its Accept is applied.
+        inputs = block.inputs(rec["accepted"], False, False)
+        lg = legacy_step(self.mode, inputs, INT_ARITH, self.profile)
+        claim = Claim(line, outcome, rec)
+        self.claims[(rid, step)] = claim
+        if plan.accept is not None:
+            self.held_accepts.setdefault(rid, []).append((plan.accept, claim))
+            held = self.held.get(rid)
+            if held is not None and held.record["event"] == "preempt":
+                self._release(rid)
+        return inputs, lg, outcome
+
+    def _block_agrees(
+        self,
+        line: int,
+        rec: RequestStepRecord,
+        plan: BlockPlan,
+        inputs: StepInputs[int, bool],
+        outcome: str,
+    ) -> bool:
+        """The record's scheduled, invalid, accepted and outcome against the reference's; a
+        divergence (the account tainted) at the first that differs."""
+        assert self.account is not None
+        mode, profile = self.mode, self.profile
         if plan.in_forward_pass:
-            exp_invalid = legacy_scheduled_invalid(mode, inputs, INT_ARITH, self.profile)
-            act_invalid = rec["invalid"] or 0
+            exp_invalid = legacy_scheduled_invalid(mode, inputs, INT_ARITH, profile)
         else:
-            exp_invalid = act_invalid = rec["invalid"] or 0
+            exp_invalid = rec["invalid"] or 0
         table = [
-            ("scheduled", scheduled_slots, rec["scheduled"]),
-            ("invalid", exp_invalid, act_invalid),
-            ("accepted", expected_accepted, accepted),
-            ("outcome", actual_outcome, outcome),
+            (
+                "scheduled",
+                pipeline(mode, inputs, INT_ARITH, profile).scheduled_slots,
+                rec["scheduled"],
+            ),
+            ("invalid", exp_invalid, rec["invalid"] or 0),
+            ("accepted", vllm_accepted(rec["sampled"], INT_ARITH), rec["accepted"]),
+            ("outcome", outcome, rec["outcome"]),
         ]
         mismatch = block_mismatch(table)
-        if mismatch is not None:
-            bad, reason, rule = mismatch
-            self.account.tainted = f"line {line} diverged"
-            self._diverge(
-                line, "request_step", step, reason, rec, table, self._view(rid), at=bad, rule=rule
-            )
-            return
+        if mismatch is None:
+            return True
+        bad, reason, rule = mismatch
+        self.account.tainted = f"line {line} diverged"
+        view = self._view(rec["request"])
+        self._diverge(
+            line, "request_step", rec["step"], reason, rec, table, view, at=bad, rule=rule
+        )
+        return False
+
+    def _fold(
+        self, line: int, rid: str, inputs: StepInputs[int, bool], lg: LegacyStepCounts[int]
+    ) -> None:
+        """An agreeing block into the step's account, the log's legacy sums and the shift."""
+        assert self.account is not None
         self.account.add(line, rid, lg)
         self.legacy_sum[0] += lg.num_drafts
         self.legacy_sum[1] += lg.num_draft_tokens
@@ -370,23 +431,22 @@ class Replayer:
         for i in range(lg.num_accepted_tokens):
             self.legacy_pos[i] += 1
         shift = self.tally.shift
-        for name, value in zip(
-            shift, shift_terms(mode, inputs, lg, INT_ARITH, self.profile), strict=True
-        ):
+        terms = shift_terms(self.mode, inputs, lg, INT_ARITH, self.profile)
+        for name, value in zip(shift, terms, strict=True):
             shift[name] += value
 
-    def _step_stats(self, line: int, rec: Record) -> None:
+    def _step_stats(self, line: int, rec: StepStatsRecord) -> None:
         account = self.account
         assert account is not None
         if account.stats is not None:
             raise BadInput(self.path, line, 1, f"a second step_stats record for step {rec['step']}")
         self._per_pos_length(line, rec)
         account.stats = (line, rec)
-        per_pos = rec["num_accepted_tokens_per_pos"]
         reported = self.reported_sum
         reported[0] += rec["num_drafts"]
         reported[1] += rec["num_draft_tokens"]
         reported[2] += rec["num_accepted_tokens"]
+        per_pos = rec["num_accepted_tokens_per_pos"]
         self.reported_pos = list(map(add, self.reported_pos, per_pos))
 
     def _close_account(self, last: bool = False) -> None:
@@ -412,7 +472,7 @@ class Replayer:
         self,
         account: StepAccount,
         line: int | None,
-        rec: Record | None,
+        rec: Mapping[str, Any] | None,
         actual: tuple[int, int, int, list[int]],
     ) -> None:
         if account.tainted is not None:
@@ -425,7 +485,7 @@ class Replayer:
 
     # -- engine ----------------------------------------------------------------------------------
 
-    def _apply(self, event: Event, line: int, rec: Record) -> bool:
+    def _apply(self, event: Event, line: int, rec: Mapping[str, Any]) -> bool:
         """Apply one event; on an illegal event record a divergence and quarantine the request."""
         assert self.engine is not None
         try:
@@ -467,7 +527,7 @@ class Replayer:
             )
         return True
 
-    def _apply_closing(self, accept: Accept, line: int, rec: Record) -> Any:
+    def _apply_closing(self, accept: Accept, line: int, rec: RequestStepRecord) -> Any:
         """Apply an applied block's Accept: the `ClosedBlock`, or None when it is illegal."""
         assert self.engine is not None
         try:
@@ -509,7 +569,7 @@ class Replayer:
 
     # -- reporting -------------------------------------------------------------------------------
 
-    def _check_delivered(self, line: int, rec: Record) -> None:
+    def _check_delivered(self, line: int, rec: RequestStepRecord) -> None:
         """A divergence when the record's observed ``delivered`` contradicts its outcome
         (`translate.delivered_mismatch`); the record is then read as usual (its counts are
         still checked and folded, so one bad field does not cascade)."""
@@ -533,7 +593,7 @@ class Replayer:
         kind: str,
         step: int | None,
         reason: str,
-        rec: Record | None,
+        rec: Mapping[str, Any] | None,
         table: list[tuple[str, Any, Any]] | None = None,
         state: RequestView | None = None,
         *,
@@ -564,14 +624,15 @@ class Replayer:
         state = self.engine.requests.get(rid) if rid is not None else None
         return RequestView(rid, state, rejected=words)
 
-    def _per_pos_length(self, line: int, rec: Record) -> None:
-        n = len(rec["num_accepted_tokens_per_pos"])
+    def _per_pos_length(self, line: int, rec: Mapping[str, Any]) -> None:
+        """A step_stats or totals record's per-position counts: k of them."""
+        n = len(rec[PER_POS])
         if n != self.k:
             raise BadInput(
                 self.path,
                 line,
-                column(rec, "num_accepted_tokens_per_pos"),
-                f"num_accepted_tokens_per_pos has {n} entries; the header says k = {self.k}",
+                column(rec, PER_POS),
+                f"{PER_POS} has {n} entries; the header says k = {self.k}",
             )
 
     def _final_checks(self) -> None:

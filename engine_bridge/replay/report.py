@@ -7,6 +7,7 @@ log gets the same report whichever path judged it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.step import SHIFT_TERMS as SHIFT_TERMS
 
 from ..steplog.profiles import forced_text, forced_view
-from ..steplog.records import BadInput, Record
+from ..steplog.records import BadInput
 from ..steplog.schema import COUNTERS, PER_POS
 from ..steplog.translate import Header
 
@@ -99,7 +100,7 @@ class Divergence:
     kind: str
     step: int | None
     reason: str
-    record: Record | None = None
+    record: Mapping[str, Any] | None = None
     rows: list[tuple[str, Any, Any]] = field(default_factory=list)
     state: State | None = None
     at: str | None = None
@@ -181,7 +182,7 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def column(rec: Record, name: str) -> int:
+def column(rec: Mapping[str, Any], name: str) -> int:
     """1-based column of ``name`` in the record as the recorder writes it (compact JSON)."""
     text = json.dumps(rec, separators=(",", ":"))
     at = text.find(json.dumps(name) + ":")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
@@ -356,7 +356,7 @@ def validate(obj: Any, raw: str) -> tuple[int, str] | None:
 # stdin, gzip, bounded line length, strict bytes (no stray BOM, no surrogates), bounded nesting.
 
 
-def exported_counters(rec: Record) -> tuple[Any, Any, Any, Any]:
+def exported_counters(rec: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
     """A step_stats or totals record's four exported counters (drafts, draft tokens, accepted
     tokens, accepted per position), in the order both checkers compare them."""
     return (

@@ -3,14 +3,21 @@ per record kind.
 
 Every producer of step logs builds its records here (the recorder in vLLM, the llama.cpp
 importer, the synthetic generators, the capture drivers' totals), and both judges read them by
-the names declared here: the reference replay keeps reading plain dicts, the columnar judge
-decodes into the typed structs of `typed`, whose fields these names fix. spec/STEP_LOG.md is
-the format's prose and spec/step_log.schema.json its validator; a test keeps the three equal.
+the names declared here: the reference replay reads the plain dicts as the ``TypedDict``s
+below, the columnar judge decodes into the typed structs of `typed`, whose fields these names
+fix. spec/STEP_LOG.md is the format's prose and spec/step_log.schema.json its validator; a test
+keeps the three equal.
 
 Each constructor writes its keys in one fixed order, the order every log ever written has: a
 record's bytes (``json.dumps`` keeps insertion order) do not depend on who built it. Optional
 fields are written only when given (``None`` means absent, except for the nullable counts
 ``grammar_valid``, ``invalid``, ``verified``, which are always written).
+
+Each body record kind is a ``TypedDict`` here (`RequestStepRecord`, `RequestRecord`,
+`StepStatsRecord`, `TotalsRecord`): its keys, in written order, are the kind's field tuple
+(`REQUEST_STEP_FIELDS`, ...), the constructors build their records as it, and the reference
+replay (`replay.reference_replay`, `translate`) reads its request_step, request and step_stats
+records through it, so mypy checks every field name either spells against this one definition.
 
 Outcome names come from the reference (`spectally.reference.machine.Outcome`); the reference
 never imports the bridge. This module is plain Python (no msgspec, no numpy): the reference
@@ -20,9 +27,12 @@ replay of a small log imports it and must start fast.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, cast
 
 from spectally.reference.machine import Outcome
+
+if TYPE_CHECKING:  # typing's own from 3.11; a string annotation here, never evaluated
+    from typing import NotRequired
 
 __all__ = [
     "APPLIED",
@@ -38,6 +48,10 @@ __all__ = [
     "TOTALS_FIELDS",
     "Event",
     "Record",
+    "RequestRecord",
+    "RequestStepRecord",
+    "StepStatsRecord",
+    "TotalsRecord",
     "header",
     "request_event",
     "request_step",
@@ -56,37 +70,71 @@ APPLIED: Final = Outcome.APPLIED.value
 Event = Literal["add", "finish", "abort", "preempt"]
 EVENTS: Final[tuple[Event, ...]] = ("add", "finish", "abort", "preempt")
 
-# Field names in written order, ``record`` first; optional fields last.
-REQUEST_STEP_FIELDS: Final = (
-    "record",
-    "step",
-    "request",
-    "proposed",
-    "padding",
-    "grammar_valid",
-    "scheduled",
-    "invalid",
-    "verified",
-    "sampled",
-    "accepted",
-    "outcome",
-    "delivered",  # optional
-    "meta",  # optional
-)
-REQUEST_FIELDS: Final = (
-    "record",
-    "step",
-    "request",
-    "event",
-    "reason",  # optional
-    "structured",  # optional (required on add)
-    "drop_stale_output",  # optional (preempt only)
-    "meta",  # optional
-)
-COUNTERS: Final = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
-PER_POS: Final = "num_accepted_tokens_per_pos"
-STEP_STATS_FIELDS: Final = ("record", "step", *COUNTERS, PER_POS, "meta")  # meta: optional
-TOTALS_FIELDS: Final = ("record", "source", *COUNTERS, PER_POS, "meta")  # meta: optional
+# The body records, each field in written order, ``record`` first; optional fields last.
+
+
+class RequestStepRecord(TypedDict):
+    """A ``request_step`` record: one request's draft block in one step and how it closed."""
+
+    record: Literal["request_step"]
+    step: int
+    request: str
+    proposed: int
+    padding: int
+    grammar_valid: int | None
+    scheduled: int
+    invalid: int | None
+    verified: int | None
+    sampled: int
+    accepted: int
+    outcome: str
+    delivered: NotRequired[int | None]
+    meta: NotRequired[Mapping[str, Any]]
+
+
+class RequestRecord(TypedDict):
+    """A ``request`` record: a request's arrival, end or preemption."""
+
+    record: Literal["request"]
+    step: int
+    request: str
+    event: Event
+    reason: NotRequired[str]
+    structured: NotRequired[bool]  # required on add
+    drop_stale_output: NotRequired[bool]  # preempt only
+    meta: NotRequired[Mapping[str, Any]]
+
+
+class StepStatsRecord(TypedDict):
+    """A ``step_stats`` record: the engine's own counts of one step."""
+
+    record: Literal["step_stats"]
+    step: int
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_tokens_per_pos: Sequence[int]
+    meta: NotRequired[Mapping[str, Any]]
+
+
+class TotalsRecord(TypedDict):
+    """The closing ``totals`` record: the engine's own counts over the run, and their source."""
+
+    record: Literal["totals"]
+    source: str
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_tokens_per_pos: Sequence[int]
+    meta: NotRequired[Mapping[str, Any]]
+
+
+REQUEST_STEP_FIELDS: Final = tuple(RequestStepRecord.__annotations__)
+REQUEST_FIELDS: Final = tuple(RequestRecord.__annotations__)
+STEP_STATS_FIELDS: Final = tuple(StepStatsRecord.__annotations__)
+TOTALS_FIELDS: Final = tuple(TotalsRecord.__annotations__)
+COUNTERS: Final = STEP_STATS_FIELDS[2:5]  # num_drafts, num_draft_tokens, num_accepted_tokens
+PER_POS: Final = STEP_STATS_FIELDS[5]  # num_accepted_tokens_per_pos
 
 
 def header(
@@ -141,7 +189,7 @@ def request_event(
     """A ``request`` record: a request's arrival (``add``, with ``structured``) or its end
     (``finish`` with a ``reason``, ``abort``) or a preemption (``preempt``, optionally with
     ``drop_stale_output``)."""
-    rec: Record = {"record": "request", "step": step, "request": request, "event": event}
+    rec: RequestRecord = {"record": "request", "step": step, "request": request, "event": event}
     if reason is not None:
         rec["reason"] = reason
     if structured is not None:
@@ -150,7 +198,7 @@ def request_event(
         rec["drop_stale_output"] = drop_stale_output
     if meta:
         rec["meta"] = meta
-    return rec
+    return cast(Record, rec)
 
 
 def request_step(
@@ -170,7 +218,7 @@ def request_step(
     meta: Mapping[str, Any] | None = None,
 ) -> Record:
     """A ``request_step`` record: one request's draft block in one step and how it closed."""
-    rec: Record = {
+    rec: RequestStepRecord = {
         "record": "request_step",
         "step": step,
         "request": request,
@@ -188,7 +236,7 @@ def request_step(
         rec["delivered"] = delivered
     if meta:
         rec["meta"] = meta
-    return rec
+    return cast(Record, rec)
 
 
 def step_stats(
@@ -199,7 +247,7 @@ def step_stats(
     ``verified``: an engine with the counting fix also reports its verified drafts, which
     schema version 1 carries in ``meta``."""
     drafts, draft_tokens, accepted = counts
-    rec: Record = {
+    rec: StepStatsRecord = {
         "record": "step_stats",
         "step": step,
         "num_drafts": drafts,
@@ -209,7 +257,7 @@ def step_stats(
     }
     if verified is not None:
         rec["meta"] = {"num_verified_draft_tokens": verified}
-    return rec
+    return cast(Record, rec)
 
 
 def totals(source: str, counts: Sequence[int], per_pos: Sequence[int]) -> Record:
@@ -217,7 +265,7 @@ def totals(source: str, counts: Sequence[int], per_pos: Sequence[int]) -> Record
     ``per_pos`` the accepted tokens per draft position; ``source`` names where they were
     read."""
     drafts, draft_tokens, accepted = counts
-    return {
+    rec: TotalsRecord = {
         "record": "totals",
         "source": source,
         "num_drafts": drafts,
@@ -225,3 +273,4 @@ def totals(source: str, counts: Sequence[int], per_pos: Sequence[int]) -> Record
         "num_accepted_tokens": accepted,
         "num_accepted_tokens_per_pos": per_pos,
     }
+    return cast(Record, rec)

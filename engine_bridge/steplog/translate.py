@@ -64,7 +64,7 @@ from spectally.reference.profile import (
 )
 from spectally.reference.step import Mode, StepInputs, grammar_keeps
 
-from .schema import Record
+from .schema import Record, RequestRecord, RequestStepRecord
 
 LEGACY_PROFILE = VLLM_LEGACY.name
 
@@ -177,7 +177,7 @@ class BlockPlan:
     in_forward_pass: bool
 
 
-def lifecycle_event(rec: Record) -> Event:
+def lifecycle_event(rec: RequestRecord) -> Event:
     """The reference event of a ``request`` record."""
     rid, step, event = rec["request"], rec["step"], rec["event"]
     if event == "add":
@@ -190,7 +190,7 @@ def lifecycle_event(rec: Record) -> Event:
 
 
 def translate_block(
-    mode: Mode, structured: bool, rec: Record, profile: CountingProfile = VLLM_LEGACY
+    mode: Mode, structured: bool, rec: RequestStepRecord, profile: CountingProfile = VLLM_LEGACY
 ) -> BlockPlan:
     """The reference events of a ``request_step`` record (see the module docstring)."""
     rid: str = rec["request"]
@@ -304,7 +304,7 @@ def delivered_consistent(applied: B, delivered: N, sampled: N, ar: Arith[N, B]) 
     )
 
 
-def delivered_mismatch(rec: Record) -> DeliveredMismatch | None:
+def delivered_mismatch(rec: RequestStepRecord) -> DeliveredMismatch | None:
     """Check a record's observed ``delivered`` (absent or null: not recorded, nothing to check)
     against its ``outcome``: ``applied`` needs ``1 <= delivered <= sampled`` (at least the
     bonus token, at most what was sampled: stop trimming may cut the rest); every

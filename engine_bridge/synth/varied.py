@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from spectally.reference.machine import Outcome
@@ -41,6 +42,20 @@ from .common import (
 
 DISCARDED_FINISHED = Outcome.DISCARDED_FINISHED.value
 DISCARDED_ABORTED = Outcome.DISCARDED_ABORTED.value
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What every block of the log shares."""
+
+    k: int
+    mode: str
+    av: bool
+    drop_stale_output: bool
+    abort_share: float
+
+
+Active = dict[str, tuple[bool, float]]  # id -> (structured, chance to end per step)
 
 
 def generate(
@@ -67,10 +82,11 @@ def generate(
         drop_stale_output=drop_stale_output,
         config={"generator": "spectally.engine_bridge.synth.varied"},
     )
+    shape = _Shape(k, mode, av, drop_stale_output, abort_share)
     emitted = 1
     totals = [0, 0, 0]
     totals_pos = [0] * k
-    active: dict[str, tuple[bool, float]] = {}  # id -> (structured, chance to end per step)
+    active: Active = {}
     target = float(rng.randint(min_batch, max_batch))
     step = 0
     in_flight: list[Record] = []
@@ -78,59 +94,90 @@ def generate(
     while emitted < n_records:
         step += 1
         out: list[Record] = in_flight
-        in_flight = []
         target = min(max(target + rng.gauss(0, 4), min_batch), max_batch)  # drifting load
         while len(active) < target:
             rid = f"cmpl-{rng.getrandbits(128):032x}"
             structured = rng.random() < structured_share
             active[rid] = (structured, 1.0 / rng.choice((3, 10, 40, 150, 600)))
             out.append(schema.request_event(step, rid, "add", structured=structured))
-        stats = [0, 0, 0]
-        pos = [0] * k
-        ended: list[tuple[str, Event]] = []
-        budget_cut = rng.random() < 0.1  # a token budget that cuts this step's blocks
-        preempt: set[str] = set()
-        if preempt_share and rng.random() < preempt_share:  # memory pressure: a burst
-            running = [rid for rid in active if rid not in paused]
-            preempt = set(rng.sample(running, min(len(running), rng.randint(1, 3))))
-        for rid, (structured, end_chance) in active.items():
-            if paused.get(rid, 0) > step:
-                continue
-            paused.pop(rid, None)
-            if rid in preempt:
-                out.extend(_preempted(rng, step, rid, structured, k, mode, av, drop_stale_output))
-                paused[rid] = step + rng.randint(2, 12)
-                rec = out[-1]
-                if rec["record"] != "request_step" or rec["outcome"] != APPLIED:
-                    continue
-            elif rng.random() < 0.03:
-                continue  # no draft block this step
-            else:
-                rec = _block(rng, step, rid, structured, k, mode, av, budget_cut)
-                out.append(rec)
-            count_block(rec, stats, pos)
-            if rid not in paused and rng.random() < end_chance:
-                ended.append((rid, "abort" if rng.random() < abort_share else "finish"))
+        stats, pos, ended = _step(rng, step, shape, active, paused, preempt_share, out)
         for rid, event in ended:
             reason = rng.choice(("stop", "length", "eos")) if event == "finish" else None
             out.append(schema.request_event(step, rid, event, reason=reason))
         close_step(out, step, stats, pos, totals, totals_pos)
-        for rid, event in ended:
-            structured, _ = active.pop(rid)
-            outcome = DISCARDED_FINISHED if event == "finish" else DISCARDED_ABORTED
-            if mode == "async" and rng.random() < 0.9:  # the next block was in flight
-                rec = _block(rng, step + 1, rid, structured, k, mode, av, False)
-            elif mode == "sync" and rng.random() < 0.3:  # a proposal never scheduled
-                rec = _block(rng, step + 1, rid, structured, k, mode, av, False)
-                rec.update(scheduled=0, verified=None, invalid=None)
-            else:
-                continue
-            rec.update(outcome=outcome, sampled=0, accepted=0)
-            in_flight.append(rec)
+        in_flight = _after_end(rng, step, shape, active, ended)
         yield from out
         emitted += len(out)
     yield from in_flight
     yield totals_record(totals, totals_pos)
+
+
+def _step(
+    rng: random.Random,
+    step: int,
+    shape: _Shape,
+    active: Active,
+    paused: dict[str, int],
+    preempt_share: float,
+    out: list[Record],
+) -> tuple[list[int], list[int], list[tuple[str, Event]]]:
+    """One step's blocks of the running requests, appended to ``out``: a burst of
+    preemptions under memory pressure, a token budget that may cut the step; the step's
+    counts (``step_stats``, per position) and the requests that end after it."""
+    k, mode, av = shape.k, shape.mode, shape.av
+    stats = [0, 0, 0]
+    pos = [0] * k
+    ended: list[tuple[str, Event]] = []
+    budget_cut = rng.random() < 0.1  # a token budget that cuts this step's blocks
+    preempt: set[str] = set()
+    if preempt_share and rng.random() < preempt_share:  # memory pressure: a burst
+        running = [rid for rid in active if rid not in paused]
+        preempt = set(rng.sample(running, min(len(running), rng.randint(1, 3))))
+    for rid, (structured, end_chance) in active.items():
+        if paused.get(rid, 0) > step:
+            continue
+        paused.pop(rid, None)
+        if rid in preempt:
+            out.extend(_preempted(rng, step, rid, structured, k, mode, av, shape.drop_stale_output))
+            paused[rid] = step + rng.randint(2, 12)
+            rec = out[-1]
+            if rec["record"] != "request_step" or rec["outcome"] != APPLIED:
+                continue
+        elif rng.random() < 0.03:
+            continue  # no draft block this step
+        else:
+            rec = _block(rng, step, rid, structured, k, mode, av, budget_cut)
+            out.append(rec)
+        count_block(rec, stats, pos)
+        if rid not in paused and rng.random() < end_chance:
+            ended.append((rid, "abort" if rng.random() < shape.abort_share else "finish"))
+    return stats, pos, ended
+
+
+def _after_end(
+    rng: random.Random,
+    step: int,
+    shape: _Shape,
+    active: Active,
+    ended: list[tuple[str, Event]],
+) -> list[Record]:
+    """The ended requests leave ``active``; the blocks of theirs written after the end (next
+    step): async, the block in flight; sync, now and then a proposal never scheduled."""
+    in_flight: list[Record] = []
+    for rid, event in ended:
+        structured, _ = active.pop(rid)
+        outcome = DISCARDED_FINISHED if event == "finish" else DISCARDED_ABORTED
+        k, mode, av = shape.k, shape.mode, shape.av
+        if mode == "async" and rng.random() < 0.9:  # the next block was in flight
+            rec = _block(rng, step + 1, rid, structured, k, mode, av, False)
+        elif mode == "sync" and rng.random() < 0.3:  # a proposal never scheduled
+            rec = _block(rng, step + 1, rid, structured, k, mode, av, False)
+            rec.update(scheduled=0, verified=None, invalid=None)
+        else:
+            continue
+        rec.update(outcome=outcome, sampled=0, accepted=0)
+        in_flight.append(rec)
+    return in_flight
 
 
 def _preempted(

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from hypothesis import given
 from spectally.commands import main
 from spectally.reference.machine import step_counts
-from spectally.reference.step import StepQuery, token_fates
+from spectally.reference.profile import PROFILES
+from spectally.reference.step import Mode, StepQuery, token_fates
 from strategies import step_queries
 
 RFC_ROW = [
@@ -63,9 +64,10 @@ def test_rfc_row_human_output_lists_each_fate() -> None:
         "  draft 2: grammar_invalid_verified",
         "  draft 3: av_skipped",
     ]
-    assert "drafted 4  verified 3  accepted 1  spec_steps 1" in lines[5]
-    assert lines[5].startswith("rfc")
-    assert lines[6].startswith("vllm-legacy") and "drafted 2  accepted 1" in lines[6]
+    assert lines[5:] == [
+        "rfc         drafted 4  verified 3  accepted 1  spec_steps 1",
+        "vllm-legacy drafted 2  accepted 1  spec_steps 1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -153,8 +155,25 @@ def test_step_profile_selects_the_release_pipeline() -> None:
     runner = CliRunner()
     new = json.loads(runner.invoke(main, [*args, "--profile", "vllm-0.34", "--json"]).output)
     old = json.loads(runner.invoke(main, [*args, "--json"]).output)
-    assert (new["vllm-legacy"]["drafted"], new["rfc"]["verified"]) == (3, 3)
+    assert (new["vllm-0.34"]["drafted"], new["rfc"]["verified"]) == (3, 3)
     assert (old["vllm-legacy"]["drafted"], old["rfc"]["verified"]) == (2, 2)
     assert new["token_fates"][2] == "grammar_invalid_verified"
     bad = runner.invoke(main, [*args, "--profile", "vllm-9"])
     assert bad.exit_code == 2
+
+
+@pytest.mark.parametrize("profile", ["vllm-0.34", "vllm-0.34-rfc", "llama.cpp"])
+def test_step_labels_the_engine_counters_by_the_profile_used(profile: str) -> None:
+    """The engine's own counters are the chosen profile's: the JSON key and the printed row
+    carry its name, never the default's, and the figures are step_counts' under it."""
+    args = ["step", "--mode", "sync", "--proposed", "4", "--grammar-valid", "2", "--accepted", "1"]
+    data = json.loads(invoke([*args, "--profile", profile, "--json"])[1])
+    assert list(data) == ["rfc", profile, "token_fates"]
+    q = StepQuery(Mode.SYNC, 4, 1, grammar_valid=2)
+    assert data[profile] == step_counts(q.mode, q.inputs(), PROFILES[profile])["vllm-legacy"]
+    code, out, _ = invoke([*args, "--profile", profile])
+    assert code == 0
+    rows = out.splitlines()[-2:]
+    assert rows[0].split()[0] == "rfc" and rows[1].split()[0] == profile
+    assert rows[0].index("drafted") == rows[1].index("drafted")  # the columns line up
+    assert "vllm-legacy" not in out

@@ -247,6 +247,16 @@ def test_gauge_values_the_engine_cannot_export_are_exit_2(tmp_path: Path) -> Non
         assert code == 2 and f"{f}:1:" in out, out
 
 
+def test_a_malformed_gauge_line_is_exit_2_naming_its_line(tmp_path: Path) -> None:
+    """The gauges are parsed by the bridge's one Prometheus reader: a line it cannot parse is
+    bad input at its file:line, as for vLLM's and llama-server's scrapes."""
+    f = tmp_path / "metrics.txt"
+    for bad in ('sglang:spec_accept_length{model_name="m" 3.4', "sglang:spec_accept_rate 0.4 x y"):
+        f.write_text(f"# TYPE sglang:spec_accept_length gauge\n{bad}\n")
+        code, out = run(str(f))
+        assert code == 2 and f"{f}:2:1: bad Prometheus sample line" in out, out
+
+
 def test_stdin_is_read_once(tmp_path: Path) -> None:
     res = CliRunner().invoke(
         main, ["import", "sglang", "-"], input=json.dumps({"meta_info": META_33518}) + "\n"

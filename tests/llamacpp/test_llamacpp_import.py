@@ -6,7 +6,9 @@ helpers) to reach each error path; the real logs are in test_llamacpp_fixtures.p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -132,3 +134,45 @@ def test_bad_metrics(tmp_path: Path, metrics: str, fragment: str) -> None:
         tmp_path, server_log(LINES, 8, 3), "--metrics-before", str(tmp_path / "before.txt")
     )
     assert code == 2 and fragment in out
+
+
+def _written(tmp: Path) -> list[dict[str, Any]]:
+    text = (tmp / "steps.ndjson").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_totals_are_written_only_when_every_task_is_complete(tmp_path: Path) -> None:
+    """The /metrics delta covers the whole run; a log cut before a task's 'stop processing'
+    line may lack verifications the counters include, so the step log then gets no totals
+    record (the replay would report a divergence the engine never made) and the import is
+    incomplete. The same log uncut gets the delta as its totals."""
+    full = server_log(LINES, 8, 3)
+    code, out = run(tmp_path, full)
+    assert code == 0, out
+    totals = [r for r in _written(tmp_path) if r["record"] == "totals"]
+    assert len(totals) == 1
+    assert (totals[0]["num_drafts"], totals[0]["num_draft_tokens"]) == (2, 8)
+    assert totals[0]["num_accepted_tokens_per_pos"] == COUNTS["per_pos"]
+
+    # cut after the first verification: the counters after the run still count both
+    cut = "".join(full.splitlines(keepends=True)[:3])
+    code, out = run(tmp_path, cut)
+    assert code == 3, out
+    assert "INCOMPLETE" in out and "task 1 has no 'stop processing' line" in out
+    records = _written(tmp_path)
+    assert [r["record"] for r in records].count("request_step") == 1
+    assert not [r for r in records if r["record"] == "totals"]
+    replayed = CliRunner().invoke(main, ["replay", str(tmp_path / "steps.ndjson")])
+    assert replayed.exit_code == 3, replayed.output
+    assert "DIVERG" not in replayed.output
+
+
+def test_no_metrics_scrape_writes_no_totals(tmp_path: Path) -> None:
+    (tmp_path / "server.log").write_text(server_log(LINES, 8, 3))
+    out_path = tmp_path / "steps.ndjson"
+    res = CliRunner().invoke(
+        main, ["import", "llamacpp", str(tmp_path / "server.log"), "--out", str(out_path)]
+    )
+    assert res.exit_code == 3, res.output
+    assert "no /metrics scrape given: the step log has no totals" in res.output
+    assert not [r for r in _written(tmp_path) if r["record"] == "totals"]

@@ -123,6 +123,7 @@ MUTANTS = [
     (REAL[1][1].replace("#acc tokens =   167", "#acc tokens =   170"), "#mean acc len"),
     (REAL[6][1].replace("#acc drafts = 632", "#acc drafts = 728"), "accept calls"),
     (REAL[7][1].replace("#gen tokens = 256", "#gen tokens = 3"), "#gen drafts <= #gen tokens"),
+    (REAL[1][1].replace("(0.805, 0.632, 0.483)", "()"), "#acc rate/pos present"),
     (MULTILINE[-1].replace("0.81944", "0.81945"), "rate vs accepted/generated"),
 ]
 
