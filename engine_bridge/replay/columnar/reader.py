@@ -48,7 +48,7 @@ from spectally.engine_bridge.steplog.typed import (
     TotalsLine,
 )
 
-from . import scanner
+from . import array_scan, scanner
 from .key_bytes import glued_values, key_colons, key_marks
 from .scanner import ABSENT as ABSENT
 from .scanner import COLUMNS as COLUMNS
@@ -547,8 +547,8 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
     typed decoder, or `records.parse_line`; `Irregular` where either refuses). The columns
     are the ones the typed decoder's structs give, line for line. ``chunk`` is only read
     during the call (`byte_chunks` reuses its buffer)."""
-    if SCAN and len(chunk) >= scanner.MIN_BYTES and scanner.compiled():
-        scan = scanner.scan(chunk)
+    scan = _scan(chunk)
+    if scan is not None:
         lines = Lines(
             np.zeros(len(scan.taken), np.int8), scan.values, scan.outcome, scan.rid, scan.ids, {}
         )
@@ -577,6 +577,18 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
     )
     _fill(lines, None, records, kinds, blocks)
     return lines
+
+
+def _scan(chunk: bytes | memoryview) -> scanner.Scan | None:
+    """The chunk's canonical request_step lines read from the bytes: by the compiled scanner
+    once its kernel is loaded (a chunk of `scanner.MIN_BYTES` or more, a log large enough to
+    repay numba's import: `JIT_MIN_LOG_BYTES`), else over whole arrays (`array_scan`: no
+    compiler, the compact form only); None with `SCAN` off."""
+    if not SCAN:
+        return None
+    if len(chunk) >= scanner.MIN_BYTES and scanner.compiled():
+        return scanner.scan(chunk)
+    return array_scan.scan(chunk)
 
 
 def _fill(
