@@ -30,7 +30,7 @@ collision merged two ids, the classes are made from the words themselves (exact)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -129,7 +129,7 @@ def _room_after(chunk: bytes | bytearray | memoryview) -> Bytes | None:
     chunk (no copy); else None."""
     if not isinstance(chunk, memoryview) or chunk.obj is None or not chunk.c_contiguous:
         return None
-    whole: Bytes = np.frombuffer(chunk.obj, dtype=np.uint8)
+    whole: Bytes = np.frombuffer(cast(memoryview, chunk.obj), dtype=np.uint8)
     front = np.frombuffer(chunk, dtype=np.uint8)
     same = whole.ctypes.data == front.ctypes.data if len(front) else False
     if not same or len(whole) < len(chunk) + _PAD:

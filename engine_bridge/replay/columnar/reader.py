@@ -1,7 +1,8 @@
 """Reading for the columnar checker: the log in chunks of whole lines, decoded into columns
 (`decode_columns` -> `Lines`): the canonical request_step lines straight from the bytes
-(scanner.py), every other line by a typed, validating decoder (msgspec) into one struct per
-record (`decode_chunk`), whose values fill the same columns.
+(scanner.py, compiled, in a log large enough to repay loading numba; array_scan.py, numpy
+only, in the others), every other line by a typed, validating decoder (msgspec) into one
+struct per record (`decode_chunk`), whose values fill the same columns.
 
 Why msgspec (measured, docs/replay.md): it decodes a chunk of NDJSON straight into typed
 structs at about ten times the speed of ``json.loads`` and validates while it decodes (exact
