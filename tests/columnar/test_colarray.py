@@ -121,14 +121,10 @@ def test_near_canonical_lines_are_declined_or_decoded_alike(line: bytes) -> None
 
 
 def test_every_outcome_and_delivered_form() -> None:
+    base = json.loads(colscan.BASES[0]) | {"step": 10**array_scan.MAX_DIGITS - 1}
     for outcome in OUTCOMES:
-        for tail in ("", ',"delivered":null', ',"delivered":0', ',"delivered":1234567'):
-            line = (
-                b'{"record":"request_step","step":1234567,"request":"cmpl-1","proposed":4,'
-                b'"padding":0,"grammar_valid":3,"scheduled":3,"invalid":0,"verified":2,'
-                b'"sampled":3,"accepted":2,"outcome":"' + outcome.encode() + b'"' + tail.encode()
-                + b"}"
-            )  # fmt: skip
+        for delivered in ({}, {"delivered": None}, {"delivered": 0}, {"delivered": 1234567}):
+            line = colscan.dumps(base | {"outcome": outcome} | delivered)
             assert check(line) == colscan.expected(line) is not None
 
 
