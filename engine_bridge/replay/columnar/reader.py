@@ -113,7 +113,9 @@ def open_log(path: str) -> BinaryIO:
 # process, and the scanner saves ~5-6 ms per MiB over the typed decoder alone (fresh
 # processes on synth's uniform logs, with it / without: 46 MiB 0.71-0.77 / 0.59-0.67 s, 61 MiB
 # 0.72-0.82 / 0.70-0.77 s, 77 MiB 0.85-0.88 / 0.91-0.92 s), so a log under ~64 MiB replays
-# faster without them. The tests set it to 0 (tests/conftest.py).
+# faster without them. (Measured against the typed decoder; below it the canonical lines are
+# now read by array_scan.py, which narrows the gap per MiB, so the crossover lies higher: not
+# measured again.) The tests set it to 0 (tests/conftest.py).
 JIT_MIN_LOG_BYTES = 64 << 20
 
 
