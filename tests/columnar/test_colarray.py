@@ -27,7 +27,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from spectally.engine_bridge import synth
 from spectally.engine_bridge.replay.columnar import array_scan, reader, scanner
-from spectally.engine_bridge.replay.columnar.reader import Irregular, decode_columns
 from spectally.engine_bridge.replay.columnar.scanner import OUTCOMES, Scan
 
 
@@ -149,27 +148,9 @@ def test_ids_map_to_one_str_each_even_when_every_hash_collides(
     assert (s.ids, s.rid.tolist()) == (compiled.ids, compiled.rid.tolist())
 
 
-@given(
-    st.lists(
-        st.one_of(
-            colscan.canonical().map(colscan.dumps),
-            colscan.mutated(),
-            st.sampled_from(colscan.OTHER),
-        ),
-        min_size=1,
-        max_size=8,
-    ),
-    st.booleans(),
-)
-def test_chunks_decode_to_the_typed_decoders_columns(lines: list[bytes], newline: bool) -> None:
-    chunk = b"\n".join(lines) + (b"\n" if newline else b"")
-    try:
-        want = colscan._struct_columns("log", chunk)
-    except Irregular:
-        with pytest.raises(Irregular):
-            decode_columns("log", 1, chunk)
-        return
-    assert colscan._lines_columns(decode_columns("log", 1, chunk)) == want
+@given(colscan.CHUNKS)
+def test_chunks_decode_to_the_typed_decoders_columns(chunk: bytes) -> None:
+    colscan.decodes_alike(chunk)
 
 
 COMPACT_BASES = [
