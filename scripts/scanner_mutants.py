@@ -1,6 +1,7 @@
-"""Deliberate bugs in the compiled kernels: each must fail its tests. The scanner
-(engine_bridge/replay/columnar/scanner.py) against tests/columnar/test_colscan.py, the shape keys
-(engine_bridge/replay/columnar/hashing.py) against tests/columnar/test_colblocks_shapes.py.
+"""Deliberate bugs in the scanners and the compiled kernels: each must fail its tests. The
+scanner (engine_bridge/replay/columnar/scanner.py) against tests/columnar/test_colscan.py, the
+scanner over whole arrays (array_scan.py) against tests/columnar/test_colarray.py, the shape
+keys (engine_bridge/replay/columnar/hashing.py) against tests/columnar/test_colblocks_shapes.py.
 
     .venv/bin/python scripts/scanner_mutants.py          # about 1 minute a mutant (recompiles)
     .venv/bin/python scripts/scanner_mutants.py control  # only mutants whose name has "control"
@@ -21,7 +22,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCANNER = REPO / "engine_bridge" / "replay" / "columnar" / "scanner.py"
 KEYS = REPO / "engine_bridge" / "replay" / "columnar" / "hashing.py"
-TESTS = {SCANNER: "tests/columnar/test_colscan.py", KEYS: "tests/columnar/test_colblocks_shapes.py"}
+ARRAYS = REPO / "engine_bridge" / "replay" / "columnar" / "array_scan.py"
+TESTS = {
+    SCANNER: "tests/columnar/test_colscan.py",
+    KEYS: "tests/columnar/test_colblocks_shapes.py",
+    ARRAYS: "tests/columnar/test_colarray.py",
+}
 
 # (name, text in scanner.py, replacement)
 MUTANTS = [
@@ -111,8 +117,38 @@ KEY_MUTANTS = [
     ("first word only", "for w in range(by_shape.shape[1]):", "for w in range(1):"),
     ("block's own row, not its shape's", "row = ids[i]", "row = i % len(by_shape)"),
 ]  # fmt: skip
+# (name, text in array_scan.py, replacement)
+ARRAY_MUTANTS = [
+    ("8 digits taken", "(length <= MAX_DIGITS)", "(length <= MAX_DIGITS + 1)"),
+    ("leading zero taken", "good &= (length == 1) | ((word & _U(0xFF)) != _U(0x30))", "pass"),
+    ("null in every field", "        if nullable:\n            null",
+     "        if True:\n            null"),
+    ("backslash in an id", "| ((slash - _ONES) & ~slash)", ""),
+    ("control byte in an id", "| ((word - _U(0x2020202020202020)) & ~word)", ""),
+    ("bytes above 0x7E in an id", "| (word + _ONES)\n                | word\n", ""),
+    ("id one byte longer", "end = offset + 8 * j + first[hit]",
+     "end = offset + 8 * j + first[hit] + 1"),
+    ("line end not checked", "ints.ok &= close + 1 == stops", "pass"),
+    ("closing brace not checked", "ints.ok &= chunk.data[np.minimum(close, chunk.size)] == 0x7D",
+     "pass"),
+    ("one key not compared", "ints.ok &= _equals(rows, key)",
+     "ints.ok &= _equals(rows, key) | True"),
+    ("delivered key not compared", "ints.ok[delivered] &= keyed & part.ok",
+     "ints.ok[delivered] &= part.ok"),
+    ("a literal's last byte not compared", "min(8, len(literal) - i)",
+     "min(8, len(literal) - i - 1)"),
+    ("hash collisions not looked for", "if not (words == words[first[inverse]]).all():",
+     "if False:"),
+    ("ids numbered by hash, not by first line", "rank[order] = np.arange(len(order))",
+     "rank[:] = np.arange(len(order))"),
+    ("two digits read as one", "several = lengths > 1", "several = lengths > 2"),
+    ("delivered absent read as null", "values[-1, plain] = ABSENT", "values[-1, plain] = NULL"),
+]  # fmt: skip
 # Accepted by both decoders alike (JSON allows U+007F unescaped): no verdict can change.
 EQUIVALENT = [("DEL byte in an id", "c > 0x7E", "c > 0x7F")]
+# The key after the id (`","proposed":`) starts with the closing quote and is compared
+# anyway, so an id ended by any other byte is declined there: no line is taken otherwise.
+ARRAY_EQUIVALENT = [("id not closed by a quote", "np.where(byte == _U(0x22), end, -1)", "end")]
 
 
 def run(
@@ -175,11 +211,15 @@ def main() -> int:
     wanted = sys.argv[1:]
     chosen: list[Mutant] = [
         (module, *m, "")
-        for module, mutants in ((SCANNER, MUTANTS), (KEYS, KEY_MUTANTS))
+        for module, mutants in ((SCANNER, MUTANTS), (KEYS, KEY_MUTANTS), (ARRAYS, ARRAY_MUTANTS))
         for m in mutants
         if not wanted or any(a in m[0] for a in wanted)
     ]
-    equivalent: list[Mutant] = [] if wanted else [(SCANNER, *m, "") for m in EQUIVALENT]
+    equivalent: list[Mutant] = (
+        []
+        if wanted
+        else [(SCANNER, *m, "") for m in EQUIVALENT] + [(ARRAYS, *m, "") for m in ARRAY_EQUIVALENT]
+    )
     return run_all(chosen, equivalent)
 
 

@@ -4,7 +4,8 @@ It answers the question the reference replay answers, for logs too large to repl
 record, and hands any divergence to the reference replay to write. From the bytes up:
 
 - ``reader``: the log in chunks of whole lines, decoded into columns; ``scanner`` takes the
-  canonical ``request_step`` lines straight from the bytes (a compiled scanner), ``key_bytes``
+  canonical ``request_step`` lines straight from the bytes (a compiled scanner, for large
+  logs), ``array_scan`` the same over whole arrays (numpy, for the others), ``key_bytes``
   the byte counts that let the typed decoder stand for the reference decoder;
 - ``jit``: numba, loaded once and only when a compiled kernel is first wanted;
 - ``sequence``: the order of records, per request and per step;

@@ -21,8 +21,9 @@ machine, which writes the report. Either way the report is built by the same fun
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -59,6 +60,7 @@ from .reader import (
 from .sequence import (
     INF_LINE,
     Event,
+    Lanes,
     RequestTable,
     StatsColumns,
     check_block_order,
@@ -66,6 +68,7 @@ from .sequence import (
     check_step_stats,
 )
 
+Legacy = tuple[Ints, Ints, Ints] | Lanes  # each block's legacy counts (`check_blocks`)
 STALE = OUTCOME_CODE["discarded_stale"]
 APPLIED = OUTCOME_CODE["applied"]
 STRICT = False  # re-raise unexpected exceptions instead of falling back (tests)
@@ -87,6 +90,81 @@ def _delivered(column: Ints, known: bool) -> None:
     if not known:
         raise Irregular("a delivered field the schema does not know")
     column[:] = np.where(column < 0, -1, np.minimum(column, MAX_EXACT_FLOAT))
+
+
+@dataclass
+class _Blocks:
+    """The request_step lines of whole steps: their counts (rows of `_COUNT` columns, a
+    view), request index (in the lines' ``ids``), outcome, line numbers and steps."""
+
+    counts: Ints
+    rid: Ints
+    outcome: Ints
+    applied: np.ndarray[Any, np.dtype[np.bool_]]
+    lines: Ints
+    steps: Ints
+
+    @classmethod
+    def of(cls, records: Lines, lines: Ints, steps: Ints) -> _Blocks:
+        """The blocks of ``records`` (lines ``lines``, counting up from the first: no gather
+        needed; steps ``steps``)."""
+        at = np.flatnonzero(records.kinds == LineKind.REQUEST_STEP)
+        # The counts as rows (np.take: faster than values[at]); the columns after the step
+        # are blocks.COUNT_FIELDS, the shape table's key fields, in order. The whole rows
+        # are taken, then the step left out by a view: `np.take` of the strided
+        # ``values[:, 1:]`` first copied all of it, one more array of the chunk's size (the
+        # one whose size moved from chunk to chunk, so glibc's heap grew to fit it).
+        outcome = records.outcome[at]
+        return cls(
+            counts=np.take(records.values, at, axis=0)[:, 1:],
+            rid=records.rid[at],
+            outcome=outcome,
+            applied=outcome == APPLIED,
+            lines=at + lines[0],
+            steps=np.take(steps, at),
+        )
+
+    def walked(self, ids: list[str], ends: list[Event], watched: Iterable[str]) -> Ints:
+        """The blocks the lifecycle pass walks: the discarded ones, and the applied ones of a
+        request written after its first end record (``ends``) or discarded block, or of a
+        request whose state carries over (``watched``)."""
+        discarded = np.flatnonzero(~self.applied)
+        # The first line of each request's end record or discarded block (0: its state
+        # carries over). Both lists are in line order, so a dict built from the end back
+        # keeps each request's first line of one list; the two are merged by the minimum.
+        first = dict(
+            zip(
+                map(ids.__getitem__, self.rid[discarded[::-1]].tolist()),
+                self.lines[discarded[::-1]].tolist(),
+                strict=True,
+            )
+        )
+        for rid, line in {e[1]: e[0] for e in reversed(ends)}.items():
+            if line < first.get(rid, INF_LINE):
+                first[rid] = line
+        first.update(dict.fromkeys(watched, 0))
+        if first:
+            # ``ids`` may name one request twice (a carried step's ids, then the chunk's)
+            after = np.fromiter(map(first.get, ids, repeat(INF_LINE)), np.int64, len(ids))
+            late = self.applied & (self.lines > after[self.rid])
+            if late.any():  # (masks, not np.union1d: its masked-array test imports numpy.ma)
+                walk: Ints = np.flatnonzero(~self.applied | late)
+                return walk
+        return discarded
+
+    def events(self, walk: Ints, ids: list[str]) -> list[Event]:
+        """Blocks ``walk`` as the lifecycle pass's events, in line order."""
+        return list(
+            zip(
+                self.lines[walk].tolist(),
+                map(ids.__getitem__, self.rid[walk].tolist()),
+                self.steps[walk].tolist(),
+                map(OUTCOMES.__getitem__, self.outcome[walk].tolist()),
+                self.counts[walk, _COUNT["scheduled"]].tolist(),
+                self.counts[walk, _COUNT["sampled"]].tolist(),
+                strict=True,
+            )
+        )
 
 
 class Columnar:
@@ -252,107 +330,98 @@ class Columnar:
         return records.cut(cut, len(records)), start + cut
 
     def _check(self, records: Lines, lines: Ints, steps: Ints, cut_step: int | None) -> None:
+        """Check whole steps (``records``: lines ``lines``, steps ``steps``): the request
+        records and blocks through the lifecycle pass and the order checks, the blocks
+        against the step rules, the step_stats records against the blocks' sums."""
         kinds = records.kinds
-        header = self.header
-        assert header is not None
-        mode, k = header.mode, header.k
         new = np.count_nonzero(steps[1:] != steps[:-1]) + int(steps[0] != self.last_step)
         self.tally.steps += int(new)
         self.last_step = int(steps[-1])
-        rs_at = np.flatnonzero(kinds == LineKind.REQUEST_STEP)
         rq_at = np.flatnonzero(kinds == LineKind.REQUEST)
         ss_at = np.flatnonzero(kinds == LineKind.STEP_STATS)
-        # The blocks' counts as rows (np.take: faster than values[rs_at]); the columns after
-        # the step are blocks.COUNT_FIELDS, the shape table's key fields, in order. The
-        # whole rows are taken, then the step left out by a view: `np.take` of the strided
-        # ``values[:, 1:]`` first copied all of it, one more array of the chunk's size (the
-        # one whose size moved from chunk to chunk, so glibc's heap grew to fit it).
-        blocks = np.take(records.values, rs_at, axis=0)[:, 1:]
-        block_rid = records.rid[rs_at]
+        blocks = _Blocks.of(records, lines, steps)
         counts = self.tally.counts
-        counts["request_step"] += len(rs_at)
+        counts["request_step"] += len(blocks.lines)
         counts["request"] += len(rq_at)
         counts["step_stats"] += len(ss_at)
-        outcome = records.outcome[rs_at]
-        applied = outcome == APPLIED
-        stale = outcome == STALE
-        # Lifecycle records, discarded blocks and the applied blocks of a request written
-        # after its first end record or discarded block of the chunk (or all of them, when
-        # its lifecycle state carries over), in line order, through the request table; the
-        # other blocks only need their request open (check_block_order).
+        done, slot = self._lifecycle(records, lines[rq_at], rq_at, blocks)
+        legacy = self._rules(blocks, slot)
+        self._step_stats(records, ss_at, lines, steps, blocks, legacy, cut_step)
+        self.tally.checked += len(blocks.lines) + len(ss_at)
+        self.table.release(done)
+
+    def _lifecycle(
+        self, records: Lines, rq_lines: Ints, rq_at: Ints, blocks: _Blocks
+    ) -> tuple[list[str], Ints]:
+        """The request records, the discarded blocks and the applied blocks of a request
+        written after its first end record or discarded block of the chunk (or all of them,
+        when its lifecycle state carries over), in line order, through the request table
+        (`RequestTable.lifecycle`); every other block only needs its request open
+        (`check_block_order`), and one block per request per step. Returns what the table
+        releases after the checks and each block's request slot."""
+        header = self.header
+        assert header is not None
         table = self.table
-        table.mode, table.drop_default = mode, header.drop_stale_output
-        # (``lines`` counts up from its first line: no gather needed)
-        block_lines, block_steps = rs_at + lines[0], np.take(steps, rs_at)
+        table.mode, table.drop_default = header.mode, header.drop_stale_output
         ids, objs = records.ids, records.objs
         requests: list[Event] = [
             (line, rec.request, rec.step, rec.event, rec.structured, rec.drop_stale_output)
             for line, rec in zip(
-                lines[rq_at].tolist(), map(objs.__getitem__, rq_at.tolist()), strict=True
+                rq_lines.tolist(), map(objs.__getitem__, rq_at.tolist()), strict=True
             )
         ]
-        discarded = np.flatnonzero(~applied)
         adds = [e for e in requests if e[3] == "add"]
         ends = [e for e in requests if e[3] != "add"] if len(adds) < len(requests) else []
-        # The first line of each request's end record or discarded block (0: its state
-        # carries over). Both lists are in line order, so a dict built from the end back
-        # keeps each request's first line of one list; the two are merged by the minimum.
-        first = dict(
-            zip(
-                map(ids.__getitem__, block_rid[discarded[::-1]].tolist()),
-                block_lines[discarded[::-1]].tolist(),
-                strict=True,
-            )
-        )
-        for rid, line in {e[1]: e[0] for e in reversed(ends)}.items():
-            if line < first.get(rid, INF_LINE):
-                first[rid] = line
-        first.update(dict.fromkeys(table.watched(), 0))
-        walk = discarded
-        if first:
-            # ``ids`` may name one request twice (a carried step's ids, then the chunk's)
-            after = np.fromiter(map(first.get, ids, repeat(INF_LINE)), np.int64, len(ids))
-            late = applied & (block_lines > after[block_rid])
-            if late.any():  # (masks, not np.union1d: its masked-array test imports numpy.ma)
-                walk = np.flatnonzero(~applied | late)
-        events: list[Event] = list(
-            zip(
-                block_lines[walk].tolist(),
-                map(ids.__getitem__, block_rid[walk].tolist()),
-                block_steps[walk].tolist(),
-                map(OUTCOMES.__getitem__, outcome[walk].tolist()),
-                blocks[walk, _COUNT["scheduled"]].tolist(),
-                blocks[walk, _COUNT["sampled"]].tolist(),
-                strict=True,
-            )
-        )
+        events = blocks.events(blocks.walked(ids, ends, table.watched()), ids)
         if ends:
             events = sorted(events + ends, key=itemgetter(0))  # two sorted runs: a merge
         done = table.lifecycle(adds, events, self.last_step)
         self.tally.requests = table.requests
-        slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[block_rid]
-        check_block_order(slot, block_lines, table)
-        check_one_block_per_step(block_steps, slot)
-        col = _COUNT
-        _delivered(blocks[:, col["delivered"]], self.delivered_known)  # (a view: in place)
+        slot = np.fromiter(map(table.slots.__getitem__, ids), np.int64, len(ids))[blocks.rid]
+        check_block_order(slot, blocks.lines, table)
+        check_one_block_per_step(blocks.steps, slot)
+        return done, slot
+
+    def _rules(self, blocks: _Blocks, slot: Ints) -> Legacy:
+        """The blocks against the step rules, through the log's shape table
+        (`blocks.check_blocks`); returns each block's legacy counts."""
+        header = self.header
+        assert header is not None
+        counts, col = blocks.counts, _COUNT
+        _delivered(counts[:, col["delivered"]], self.delivered_known)  # (a view: in place)
         columns = BlockColumns(
-            proposed=blocks[:, col["proposed"]],
-            padding=blocks[:, col["padding"]],
-            grammar_valid=blocks[:, col["grammar_valid"]],
-            scheduled=blocks[:, col["scheduled"]],
-            invalid=blocks[:, col["invalid"]],
-            verified=blocks[:, col["verified"]],
-            accepted=blocks[:, col["accepted"]],
-            sampled=blocks[:, col["sampled"]],
-            delivered=blocks[:, col["delivered"]],
-            applied=applied,
+            proposed=counts[:, col["proposed"]],
+            padding=counts[:, col["padding"]],
+            grammar_valid=counts[:, col["grammar_valid"]],
+            scheduled=counts[:, col["scheduled"]],
+            invalid=counts[:, col["invalid"]],
+            verified=counts[:, col["verified"]],
+            accepted=counts[:, col["accepted"]],
+            sampled=counts[:, col["sampled"]],
+            delivered=counts[:, col["delivered"]],
+            applied=blocks.applied,
             structured=self.table.structured[slot],
-            stale=stale,
+            stale=blocks.outcome == STALE,
         )
         if self.shapes is None:
-            self.shapes = ShapeTable(mode, k)
-        result = check_blocks(mode, k, columns, self.shapes, blocks)
-        stats = list(map(objs.__getitem__, ss_at.tolist()))
+            self.shapes = ShapeTable(header.mode, header.k)
+        return check_blocks(header.mode, header.k, columns, self.shapes, counts).legacy
+
+    def _step_stats(
+        self,
+        records: Lines,
+        ss_at: Ints,
+        lines: Ints,
+        steps: Ints,
+        blocks: _Blocks,
+        legacy: Legacy,
+        cut_step: int | None,
+    ) -> None:
+        """The step_stats records against the sums of their steps' blocks
+        (`check_step_stats`); the note when the last step of a cut log had none."""
+        assert self.header is not None
+        k = self.header.k
+        stats = list(map(records.objs.__getitem__, ss_at.tolist()))
         per_pos = list(map(attrgetter("num_accepted_tokens_per_pos"), stats))
         if not set(map(len, per_pos)) <= {k}:
             raise Irregular("a per-position vector whose length is not k")
@@ -368,18 +437,10 @@ class Columnar:
         )
         if len(stats) and int(values[:, 3:].max(initial=0)) > MAX_EXACT_FLOAT:
             raise Irregular("a per-position count too large")
-        if check_step_stats(
-            k,
-            block_steps,
-            block_lines,
-            result.legacy,
-            StatsColumns(steps[ss_at], lines[ss_at], values),
-            cut_step,
-        ):
+        stats_columns = StatsColumns(steps[ss_at], lines[ss_at], values)
+        if check_step_stats(k, blocks.steps, blocks.lines, legacy, stats_columns, cut_step):
             assert cut_step is not None
             self.notes.append(stats_not_compared(cut_step))
-        self.tally.checked += len(rs_at) + len(ss_at)
-        self.table.release(done)
 
     def _finish(self) -> ReplayResult:
         header = self.header

@@ -1,7 +1,8 @@
 """Reading for the columnar checker: the log in chunks of whole lines, decoded into columns
 (`decode_columns` -> `Lines`): the canonical request_step lines straight from the bytes
-(scanner.py), every other line by a typed, validating decoder (msgspec) into one struct per
-record (`decode_chunk`), whose values fill the same columns.
+(scanner.py, compiled, in a log large enough to repay loading numba; array_scan.py, numpy
+only, in the others), every other line by a typed, validating decoder (msgspec) into one
+struct per record (`decode_chunk`), whose values fill the same columns.
 
 Why msgspec (measured, docs/replay.md): it decodes a chunk of NDJSON straight into typed
 structs at about ten times the speed of ``json.loads`` and validates while it decodes (exact
@@ -48,7 +49,7 @@ from spectally.engine_bridge.steplog.typed import (
     TotalsLine,
 )
 
-from . import scanner
+from . import array_scan, scanner
 from .key_bytes import glued_values, key_colons, key_marks
 from .scanner import ABSENT as ABSENT
 from .scanner import COLUMNS as COLUMNS
@@ -112,7 +113,9 @@ def open_log(path: str) -> BinaryIO:
 # process, and the scanner saves ~5-6 ms per MiB over the typed decoder alone (fresh
 # processes on synth's uniform logs, with it / without: 46 MiB 0.71-0.77 / 0.59-0.67 s, 61 MiB
 # 0.72-0.82 / 0.70-0.77 s, 77 MiB 0.85-0.88 / 0.91-0.92 s), so a log under ~64 MiB replays
-# faster without them. The tests set it to 0 (tests/conftest.py).
+# faster without them. (Measured against the typed decoder; below it the canonical lines are
+# now read by array_scan.py, which narrows the gap per MiB, so the crossover lies higher: not
+# measured again.) The tests set it to 0 (tests/conftest.py).
 JIT_MIN_LOG_BYTES = 64 << 20
 
 
@@ -547,8 +550,8 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
     typed decoder, or `records.parse_line`; `Irregular` where either refuses). The columns
     are the ones the typed decoder's structs give, line for line. ``chunk`` is only read
     during the call (`byte_chunks` reuses its buffer)."""
-    if SCAN and len(chunk) >= scanner.MIN_BYTES and scanner.compiled():
-        scan = scanner.scan(chunk)
+    scan = _scan(chunk)
+    if scan is not None:
         lines = Lines(
             np.zeros(len(scan.taken), np.int8), scan.values, scan.outcome, scan.rid, scan.ids, {}
         )
@@ -577,6 +580,18 @@ def decode_columns(path: str, first_line: int, chunk: bytes | memoryview) -> Lin
     )
     _fill(lines, None, records, kinds, blocks)
     return lines
+
+
+def _scan(chunk: bytes | memoryview) -> scanner.Scan | None:
+    """The chunk's canonical request_step lines read from the bytes: by the compiled scanner
+    once its kernel is loaded (a chunk of `scanner.MIN_BYTES` or more, a log large enough to
+    repay numba's import: `JIT_MIN_LOG_BYTES`), else over whole arrays (`array_scan`: no
+    compiler, the compact form only); None with `SCAN` off."""
+    if not SCAN:
+        return None
+    if len(chunk) >= scanner.MIN_BYTES and scanner.compiled():
+        return scanner.scan(chunk)
+    return array_scan.scan(chunk)
 
 
 def _fill(
