@@ -516,6 +516,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "async-eligible-uncapped",
         "async eligible not capped by the grammar",
         ((st, "pipeline", _async_eligible_uncapped),),
+        first="story:sync-async",
     ),
     Mutant(
         "spec-step-without-drafts",
@@ -541,16 +542,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "merge-drops-padding",
         "rfc_merge drops the right operand's padding",
         ((ct, "rfc_merge", _merge_drops_padding),),
+        first="merge:monoid",
     ),
     Mutant(
         "fold-overwrites-padding",
         "rfc_add_step overwrites the padding total with the block's padding",
         ((ct, "rfc_add_step", _fold_overwrites_padding),),
+        first="trace:INV-9",
     ),
     Mutant(
         "legacy-no-invalid-subtraction",
         "legacy profile does not subtract async grammar-invalid drafts",
         ((st, "legacy_scheduled_invalid", _legacy_no_invalid),),
+        first="legacy:drafted>=verified",
     ),
     Mutant(
         "finish-applies-in-flight",
@@ -604,6 +608,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "legacy-counts-empty-steps",
         "legacy profile counts a step with no scheduled slot",
         ((st, "legacy_step", _legacy_counts_empty_steps),),
+        first="legacy:sync-async-spec-steps",
     ),
     *SHAPE_MUTANTS,
 )
