@@ -17,10 +17,15 @@ path wins. This module imports nothing of spectally.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 from types import CodeType, ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+else:
+    Loader = object  # see _MovedLoader
 
 _BRIDGE = "spectally.engine_bridge"
 _VLLM = f"{_BRIDGE}.vllm"
@@ -94,7 +99,10 @@ MOVED: dict[str, str] = {
 }
 
 
-class _MovedLoader(importlib.abc.Loader):
+# At run time a plain class, not a subclass of importlib.abc.Loader: the import system calls
+# these methods by name, and importing importlib.abc costs every spectally process
+# importlib.resources, tempfile and shutil (tens of ms of start-up).
+class _MovedLoader(Loader):
     """Loads an old path as the current module itself; runs it under ``python -m``."""
 
     def __init__(self, current: str) -> None:
@@ -119,7 +127,7 @@ class _MovedLoader(importlib.abc.Loader):
         return compile(source, f"<{fullname}: moved to {self.current}>", "exec")
 
 
-class MovedFinder(importlib.abc.MetaPathFinder):
+class MovedFinder:
     """Finds the old paths of `MOVED`, and nothing else."""
 
     def find_spec(
