@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prom_exporters import SpecDecodeExporter
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from spectally.engine_bridge.cli import import_group
 from spectally.engine_bridge.importers import prometheus
 from spectally.engine_bridge.importers.findings import NOTE, OK, VIOLATION
-
-NAMES = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 
 
 def ray_sanitized(name: str) -> str:
@@ -29,33 +28,14 @@ def ray_sanitized(name: str) -> str:
     return "ray_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
-class RayEngine:
+class RayEngine(SpecDecodeExporter):
     """vLLM's spec-decode counters as a Ray Serve deployment exports them, one replica each."""
 
     def __init__(self, k: int, prefix: str = "ray_vllm_spec_decode_") -> None:
-        self.registry = CollectorRegistry()
-        labels = ["model_name", "engine", "ReplicaId"]
-        self.k = k
-        self.c = {
-            n: Counter(
-                prefix + n,
-                n,
-                [*labels, "position"] if n.endswith("per_pos") else labels,
-                registry=self.registry,
-            )
-            for n in NAMES
-        }
+        super().__init__(k, prefix, verified=False, extra_labels=("ReplicaId",))
 
     def observe(self, drafted: int, accepted: int, replica: str) -> None:
-        lab = {"model_name": "m", "engine": "0", "ReplicaId": replica}
-        self.c["num_drafts"].labels(**lab).inc(1)
-        self.c["num_draft_tokens"].labels(**lab).inc(drafted)
-        self.c["num_accepted_tokens"].labels(**lab).inc(accepted)
-        for i in range(self.k):
-            self.c["num_accepted_tokens_per_pos"].labels(**lab, position=str(i)).inc(i < accepted)
-
-    def scrape(self) -> str:
-        return generate_latest(self.registry).decode()
+        self.count(drafted, 0, accepted, ReplicaId=replica)
 
 
 def test_the_ray_spelling_is_what_vllms_wrapper_writes() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prom_exporters import SpecDecodeExporter
 from spectally.engine_bridge.cli import import_group
 from spectally.engine_bridge.importers import log_layouts, logs, prometheus
 from spectally.engine_bridge.importers.findings import OK, VIOLATION, Finding
@@ -186,7 +186,7 @@ def test_logged_verified_is_reconciled_with_the_counter(
     tmp_path: Path, counted: int, verdict: str, needle: str
 ) -> None:
     e = Engine()
-    e.step(60, counted, 10)
+    e.count(60, counted, 10)
     prom = tmp_path / "s.prom"
     prom.write_text(e.scrape())
     log = tmp_path / "x.vllm.log"
@@ -205,46 +205,7 @@ def test_a_cut_verified_field_is_refused_naming_the_layout() -> None:
 
 # -- the Prometheus counter ------------------------------------------------------------------
 
-NAMES = (
-    "num_drafts",
-    "num_draft_tokens",
-    "num_verified_draft_tokens",
-    "num_accepted_tokens",
-    "num_accepted_tokens_per_pos",
-)
-
-
-class Engine:
-    """The patched vLLM's spec-decode counters (SpecDecodingProm) as prometheus_client writes
-    them, under vLLM's names or Ray Serve's sanitized ones."""
-
-    def __init__(self, k: int = 3, prefix: str = "vllm:spec_decode_", verified: bool = True):
-        self.registry = CollectorRegistry()
-        self.k = k
-        labels = ["model_name", "engine"]
-        self.c = {
-            n: Counter(
-                prefix + n,
-                n,
-                [*labels, "position"] if n.endswith("per_pos") else labels,
-                registry=self.registry,
-            )
-            for n in NAMES
-            if verified or n != "num_verified_draft_tokens"
-        }
-
-    def step(self, drafted: int, verified: int, accepted: int) -> None:
-        lab = {"model_name": "m", "engine": "0"}
-        self.c["num_drafts"].labels(**lab).inc(1)
-        self.c["num_draft_tokens"].labels(**lab).inc(drafted)
-        if "num_verified_draft_tokens" in self.c:
-            self.c["num_verified_draft_tokens"].labels(**lab).inc(verified)
-        self.c["num_accepted_tokens"].labels(**lab).inc(accepted)
-        for i in range(self.k):
-            self.c["num_accepted_tokens_per_pos"].labels(**lab, position=str(i)).inc(i < accepted)
-
-    def scrape(self) -> str:
-        return generate_latest(self.registry).decode()
+Engine = SpecDecodeExporter  # the patched vLLM's counters, vLLM's or Ray Serve's names
 
 
 def check(text: str) -> list[Finding]:
@@ -254,9 +215,9 @@ def check(text: str) -> list[Finding]:
 @pytest.mark.parametrize("prefix", ["vllm:spec_decode_", "ray_vllm_spec_decode_"])
 def test_the_verified_counter_is_read_checked_and_totalled(prefix: str) -> None:
     e = Engine(prefix=prefix)
-    e.step(3, 2, 1)
+    e.count(3, 2, 1)
     first = e.scrape()
-    e.step(3, 3, 2)
+    e.count(3, 3, 2)
     found = check(first + e.scrape())
     assert not violations(found)
     oks = [f.message for f in found if f.check == "counter invariants"]
@@ -294,23 +255,23 @@ def test_verified_outside_drafted_and_accepted_names_the_counters(
     step: tuple[int, int, int], check_name: str, needle: str
 ) -> None:
     e = Engine()
-    e.step(*step)
+    e.count(*step)
     bad = violations(check(e.scrape()))
     assert set(bad) == {check_name} and needle in bad[check_name]
     # the same inconsistency inside an interval: consistent totals, an inconsistent delta
     e = Engine()
-    e.step(3, 3, 0)
+    e.count(3, 3, 0)
     first = e.scrape()
-    e.step(*step)
-    e.step(0, 0, 0)  # keeps per-position within num_drafts
+    e.count(*step)
+    e.count(0, 0, 0)  # keeps per-position within num_drafts
     bad = violations(check(first + e.scrape()))
     assert f"interval {check_name}" in bad, bad
 
 
 def test_the_verified_counter_must_be_monotone() -> None:
     e = Engine()
-    e.step(3, 3, 1)
-    e.step(3, 3, 1)
+    e.count(3, 3, 1)
+    e.count(3, 3, 1)
     first = e.scrape()
     later = first.replace(
         'vllm:spec_decode_num_verified_draft_tokens_total{engine="0",model_name="m"} 6.0',
@@ -324,9 +285,9 @@ def test_the_verified_counter_must_be_monotone() -> None:
 
 def test_a_scrape_without_the_verified_counter_reads_as_before() -> None:
     e = Engine(verified=False)
-    e.step(3, 0, 1)
+    e.count(3, 0, 1)
     first = e.scrape()
-    e.step(3, 0, 2)
+    e.count(3, 0, 2)
     found = check(first + e.scrape())
     assert not violations(found)
     assert not [f for f in found if f.check == "missing counters"]
@@ -337,7 +298,7 @@ def test_a_scrape_without_the_verified_counter_reads_as_before() -> None:
 
 def test_import_prometheus_gives_verified_in_its_json(tmp_path: Path) -> None:
     e = Engine()
-    e.step(3, 2, 1)
+    e.count(3, 2, 1)
     path = tmp_path / "s.prom"
     path.write_text(e.scrape())
     result = CliRunner().invoke(import_group, ["prometheus", "--json", str(path)])
