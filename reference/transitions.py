@@ -14,6 +14,7 @@ padding``), with ``accepted`` 0 until it closes.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import replace
 
 from .arith import Arith, B, N
@@ -146,6 +147,16 @@ def discard_rule(x: StepInputs[N, B], verified: B, ar: Arith[N, B]) -> StepInput
         applied=ar.truth(False),
         legacy_reported=ar.truth(False),
     )
+
+
+class Outcome(str, enum.Enum):
+    """How a block closed (SPEC.md "discarded"): applied, or discarded by what closed it."""
+
+    APPLIED = "applied"
+    DISCARDED_FINISHED = "discarded_finished"
+    DISCARDED_ABORTED = "discarded_aborted"
+    DISCARDED_PREEMPTED = "discarded_preempted"
+    DISCARDED_STALE = "discarded_stale"
 
 
 FINISH = "finish"

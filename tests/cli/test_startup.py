@@ -46,9 +46,9 @@ print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.std
 """
 
 
-def heavy_modules(*args: str) -> list[str]:
+def heavy_modules(*args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+        [sys.executable, "-c", PROBE.format(heavy=heavy), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -82,6 +82,28 @@ def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
     loaded = heavy_modules("replay", str(log))
     assert "numpy" in loaded and "numba" not in loaded  # the columnar path ran, uncompiled
     assert "jsonschema" not in loaded  # a valid header and totals: no validator
+
+
+MACHINE = (
+    "spectally.reference.machine",
+    "spectally.reference.events",
+    "spectally.engine_bridge.steplog.translate",
+    "spectally.engine_bridge.replay.reference_replay",
+    "numpy.typing",
+)
+
+
+def test_a_columnar_replay_that_agrees_never_loads_the_reference_machine(tmp_path: Path) -> None:
+    """The columnar checker evaluates the step rules over arrays; the reference machine, its
+    events and the translation into them load only for a log it hands to the reference
+    replay (and numpy.typing, for annotations, never)."""
+    log = tmp_path / "log.ndjson"
+    log.write_bytes(b"".join(synth.varied.lines(2000, seed=1, preempt_share=0.05)))
+    assert log.stat().st_size > REFERENCE_MAX_BYTES
+    assert heavy_modules("replay", str(log), heavy=(*MACHINE, "numpy")) == ["numpy"]
+    bad = tmp_path / "bad.ndjson"  # one count changed: the reference replay writes the report
+    bad.write_bytes(log.read_bytes().replace(b'"accepted":0,', b'"accepted":9,', 1))
+    assert heavy_modules("replay", str(bad), heavy=MACHINE) == sorted(MACHINE[:4])
 
 
 def test_a_tiny_replay_imports_neither_numpy_nor_msgspec() -> None:

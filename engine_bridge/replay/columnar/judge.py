@@ -29,10 +29,10 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
+from spectally.engine_bridge.steplog.header import LEGACY_PROFILE, Header
 from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
 from spectally.engine_bridge.steplog.profiles import resolve
 from spectally.engine_bridge.steplog.records import BadInput, Record, exported_counters, parse_line
-from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, Header
 from spectally.engine_bridge.steplog.typed import LineKind
 from spectally.exit_codes import Verdict
 from spectally.reference.counters import Counters

@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from spectally.engine_bridge.steplog.translate import LIFECYCLE_OUTCOME
+from spectally.engine_bridge.steplog.schema import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs
 from spectally.reference.transitions import is_applied, lifecycle_rule
