@@ -128,6 +128,7 @@ def replay_file(
             lines=lines,
             bar=bar,
             force_profile=opts.force_profile,
+            run_bytes=opts.run_bytes,
         )
         if result is not None:
             return result

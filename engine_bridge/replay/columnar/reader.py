@@ -119,9 +119,14 @@ def open_log(path: str) -> BinaryIO:
 JIT_MIN_LOG_BYTES = 64 << 20
 
 
-def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
-    """Whether the log is large enough to repay loading the compiled kernels
-    (`source.log_bytes`; True when its size cannot be told)."""
+def worth_compiling(
+    path: str, lines: Sequence[tuple[int, bytes, bool]] | None, run_bytes: int = 0
+) -> bool:
+    """Whether the log, or the run of logs this process replays (``run_bytes``), is large
+    enough to repay loading the compiled kernels (`source.log_bytes`; True when the log's size
+    cannot be told)."""
+    if run_bytes >= JIT_MIN_LOG_BYTES:
+        return True
     if lines is not None:
         return sum(len(raw) for _, raw, _ in lines) >= JIT_MIN_LOG_BYTES
     size = log_bytes(path)
