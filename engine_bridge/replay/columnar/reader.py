@@ -138,6 +138,13 @@ def worth_compiling(
 KEEP_BYTES = 1 << 20
 
 
+# A read buffer the process has used, for its next log: the logs of a run (restart logs, one
+# after another) fault its 18 MiB of pages in once (~24 ms of CPU a log otherwise). A log
+# takes it while it reads, so two logs read at once never share one; the bytes a log finds
+# past its chunks are stale either way (`ByteChunks`).
+_SPARE: list[mmap.mmap] = []
+
+
 class ByteChunks:
     """The log's bytes in chunks of whole lines (each ends with a newline, except perhaps the
     last). A stream error (corrupt gzip, unreadable file) is `Irregular`: the reference replay
@@ -186,9 +193,20 @@ class ByteChunks:
         # The buffer's front: lines given back (at most KEEP_BYTES), then a partial line (at
         # most MAX_LINE_BYTES, else Irregular); at most CHUNK_BYTES are read after them.
         # An anonymous map, not a bytearray: its pages cost only once data lands in them
-        # (a bytearray is zeroed whole, ~20 ms for its 18 MiB, whatever the log's size).
-        buffer = self._buffer = mmap.mmap(-1, KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES)
+        # (a bytearray is zeroed whole, ~20 ms for its 18 MiB, whatever the log's size). The
+        # process keeps it for its next log (`_SPARE`), whose pages are then touched already.
+        size = KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES
+        spare = _SPARE.pop() if _SPARE else None
+        buffer = self._buffer = spare if spare and len(spare) == size else mmap.mmap(-1, size)
         view = memoryview(buffer)
+        try:
+            yield from self._chunks(buffer, view)
+        finally:
+            self._open = False
+            if not _SPARE:  # one kept: logs read one after another need no more
+                _SPARE.append(buffer)
+
+    def _chunks(self, buffer: mmap.mmap, view: memoryview) -> Iterator[memoryview]:
         stream = open_log(self.path)
         rest = whole = 0  # bytes at the buffer's front, and of those the whole lines
         try:
@@ -216,7 +234,6 @@ class ByteChunks:
                 view[: filled - back] = buffer[back:filled]
                 rest, whole = filled - back, cut - back
         finally:
-            self._open = False
             close_stream(stream)
 
 
