@@ -108,15 +108,15 @@ def open_log(path: str) -> BinaryIO:
         raise Irregular(str(exc)) from None
 
 
-# The compiled kernels (the byte scanner, the shape keys) are loaded for a log of at least this
-# many (decompressed) bytes: importing numba and loading them costs ~0.35-0.4 s of CPU once per
-# process, and the scanner saves ~5-6 ms per MiB over the typed decoder alone (fresh
-# processes on synth's uniform logs, with it / without: 46 MiB 0.71-0.77 / 0.59-0.67 s, 61 MiB
-# 0.72-0.82 / 0.70-0.77 s, 77 MiB 0.85-0.88 / 0.91-0.92 s), so a log under ~64 MiB replays
-# faster without them. (Measured against the typed decoder; below it the canonical lines are
-# now read by array_scan.py, which narrows the gap per MiB, so the crossover lies higher: not
-# measured again.) The tests set it to 0 (tests/conftest.py).
-JIT_MIN_LOG_BYTES = 64 << 20
+# The compiled kernels (the byte scanner, the shape keys) are loaded for a log (or a run of
+# logs, `worth_compiling`) of at least this many (decompressed) bytes. Importing numba and
+# loading them costs about 0.6 s of CPU once per process; below it the array scanner
+# (array_scan.py) reads the canonical lines, a few ms per MiB slower. Fresh `spectally replay`
+# processes on the realistic async log (synth.varied, 5 % preemptions; with them / without,
+# one loaded machine): 41 MiB 1.14 / 0.53 s, 124 MiB 1.23 / 0.91 s, 167 MiB 1.19-1.53 /
+# 1.19 s, 248 MiB 1.62-1.73 / 1.60-1.68 s, 415 MiB 2.15 / 2.71 s: the crossover lies near
+# 250-300 MiB. The tests set it to 0 (tests/conftest.py).
+JIT_MIN_LOG_BYTES = 256 << 20
 
 
 def worth_compiling(
