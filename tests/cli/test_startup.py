@@ -48,15 +48,20 @@ print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.std
 """
 
 
-def heavy_modules(*args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+def probe(code: str, *args: str) -> Any:
+    """What a fresh interpreter running ``code`` with ``args`` prints last on stderr (JSON)."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=heavy), *args],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
-    loaded: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def heavy_modules(*args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    loaded: list[str] = probe(PROBE.format(heavy=heavy), *args)
     return loaded
 
 
@@ -135,16 +140,8 @@ def test_restart_logs_that_repay_numba_together_load_it_though_no_log_does(
     sizes = [Path(log).stat().st_size for log in logs]
     threshold = sum(sizes) - 1  # the run repays it; no log, nor two of them, does
 
-    def run(*paths: str) -> list[Any]:
-        done = subprocess.run(
-            [sys.executable, "-c", RUN, str(threshold), "replay", "--jobs", "1", *paths],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        result: list[Any] = json.loads(done.stderr.strip().splitlines()[-1])
-        return result
+    def run(*paths: str) -> Any:
+        return probe(RUN, str(threshold), "replay", "--jobs", "1", *paths)
 
     assert max(sizes) < threshold
     assert run(logs[0]) == [0, False]
