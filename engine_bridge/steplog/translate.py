@@ -26,7 +26,8 @@ it. Its events follow the mode's pipeline (reference/step.py):
   stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event. A
   stale block whose output vLLM delivered is an ordinary ``applied`` record (SPEC.md E6,
   DEC-7); ``discarded_stale`` means vLLM dropped it, and the reference agrees only when the
-  ``Preempt`` drops stale output.
+  ``Preempt`` drops stale output. The event that discards a block names a step no later than
+  `discard_deadline` (SPEC.md ATTR-2, DEC-19): the claimed outcome does not choose it.
 * ``delivered`` (optional): the tokens the engine appended from the block's result, checked
   against the outcome by `delivered_mismatch` (STEP_LOG.md).
 """
@@ -175,6 +176,15 @@ class BlockPlan:
     scheduled_drafts: int
     verified: int
     in_forward_pass: bool
+
+
+def discard_deadline(mode: Mode, step: int) -> int:
+    """The last step a lifecycle event that discards the block of ``step`` may name (SPEC.md
+    ATTR-2): the step whose output processing finds the block discarded. Sync processes block
+    s's output in step s; async in step s + 1 (an abort handled after step s + 1 was
+    scheduled, a preemption in that step's schedule)."""
+    # [ATTR-2] the event that discards a block of step s names step <= s (sync), s + 1 (async)
+    return step + 1 if mode is Mode.ASYNC else step
 
 
 def lifecycle_event(rec: RequestRecord) -> Event:
