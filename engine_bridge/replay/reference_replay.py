@@ -272,7 +272,7 @@ class Replayer:
             "request_step",
             at,
             f"the record claims {claim.outcome}, but {what}: the event that discards a block of"
-            f" step {at} names step {deadline} at the latest ({self.mode.value})",
+            f" step {at} names step {deadline} at the latest ({self.mode.value}; SPEC.md ATTR-2)",
             claim.record,
             [("discarded at step", f"<= {deadline}", "none" if when is None else when)],
             self._view(rid),

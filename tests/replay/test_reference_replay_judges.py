@@ -130,7 +130,7 @@ def test_a_dropped_stale_block_claimed_otherwise_diverges_at_its_record(
     assert divergence.rows == [("discarded at step", "<= 5", "none")]
     assert divergence.reason == (
         f"the record claims {outcome}, but nothing discarded it by step 5: the event that"
-        " discards a block of step 4 names step 5 at the latest (async)"
+        " discards a block of step 4 names step 5 at the latest (async; SPEC.md ATTR-2)"
     )
 
 
