@@ -39,6 +39,7 @@ from .events import (
 from .invariants import check_invariants, check_monotone
 from .profile import VLLM_LEGACY, CountingProfile
 from .step import LegacyStepCounts, Mode, RfcStepCounts, StepInputs, legacy_step, rfc_step
+from .transitions import Outcome as Outcome
 from .transitions import accept_rule, fresh_block, lifecycle_rule, stage_rule
 
 
@@ -106,16 +107,6 @@ class RequestStatus(str, enum.Enum):
     ACTIVE = "active"
     FINISHED = "finished"
     ABORTED = "aborted"
-
-
-class Outcome(str, enum.Enum):
-    """How a block closed (SPEC.md "discarded")."""
-
-    APPLIED = "applied"
-    DISCARDED_FINISHED = "discarded_finished"
-    DISCARDED_ABORTED = "discarded_aborted"
-    DISCARDED_PREEMPTED = "discarded_preempted"
-    DISCARDED_STALE = "discarded_stale"
 
 
 @dataclass(frozen=True)

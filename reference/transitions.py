@@ -14,6 +14,7 @@ padding``), with ``accepted`` 0 until it closes.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import replace
 
 from .arith import Arith, B, N
@@ -148,6 +149,16 @@ def discard_rule(x: StepInputs[N, B], verified: B, ar: Arith[N, B]) -> StepInput
     )
 
 
+class Outcome(str, enum.Enum):
+    """How a block closed (SPEC.md "discarded"): applied, or discarded by what closed it."""
+
+    APPLIED = "applied"
+    DISCARDED_FINISHED = "discarded_finished"
+    DISCARDED_ABORTED = "discarded_aborted"
+    DISCARDED_PREEMPTED = "discarded_preempted"
+    DISCARDED_STALE = "discarded_stale"
+
+
 FINISH = "finish"
 ABORT = "abort"
 PREEMPT = "preempt"
@@ -163,3 +174,12 @@ def lifecycle_rule(
     if kind == PREEMPT:
         stays = ar.both(ar.truth(mode is Mode.ASYNC), verified)
     return stays, discard_rule(x, verified, ar)
+
+
+def discard_deadline(mode: Mode, step: int) -> int:
+    """The last step a ``Finish``, ``Abort`` or ``Preempt`` that discards the block of ``step``
+    may name (SPEC.md ATTR-2): the step during which the engine processes the block's output,
+    the block's own in sync, the next in async. The machine takes events as given; the step-log
+    judges (engine_bridge/replay) hold a discarded record's claim to it."""
+    # [ATTR-2] the event that discards a block of step s names step <= s (sync), s + 1 (async)
+    return step + 1 if mode is Mode.ASYNC else step

@@ -35,10 +35,10 @@ from spectally.reference.profile import (
 )
 from spectally.reference.step import Mode, StepInputs, grammar_keeps, legacy_step, rfc_step
 
+from ..steplog.header import Header, counting_profile, profile_for
 from ..steplog.limits import version_error
 from ..steplog.records import BadInput, Record, parse_line
 from ..steplog.source import iter_lines
-from ..steplog.translate import Header, counting_profile, profile_for
 
 APPLIED = ("applied",)
 

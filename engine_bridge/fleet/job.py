@@ -90,9 +90,9 @@ def read_engine_info(path: str, force_profile: str | None = None) -> EngineInfo 
     """The header of a regular file (read again: `ReplayResult` does not carry it); None when
     the first line is not a valid header (the replay itself reports why). ``force_profile``:
     the profile --force-profile gives every log."""
+    from ..steplog.header import Header
     from ..steplog.profiles import resolve
     from ..steplog.records import BadInput, iter_lines, parse_line
-    from ..steplog.translate import Header
 
     if not regular_file(path):
         return None

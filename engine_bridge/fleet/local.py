@@ -12,6 +12,7 @@ fork server that has already imported the replay modules, then reused for every 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ..steplog.source import log_bytes
 from .job import FileOutcome, ReplayOptions, internal_error, regular_file, replay_one
 
 # multiprocessing and concurrent.futures are imported where a pool starts (`_pooled`,
@@ -132,12 +134,28 @@ def replay_local(
     """
     shippable = [i for i, p in enumerate(paths) if regular_file(p)]
     if jobs <= 1 or len(shippable) <= 1:
+        options = _with_run_bytes(options, _bytes(paths, shippable))
         for path in paths:
             yield replay_one(path, options, progress)
         return
     shipped = set(shippable)
     here = [i for i in range(len(paths)) if i not in shipped]
-    yield from _in_order(len(paths), _pooled(paths, shippable, here, options, jobs))
+    workers = min(jobs, len(shippable))
+    options = _with_run_bytes(options, _bytes(paths, shippable) // workers)
+    yield from _in_order(len(paths), _pooled(paths, shippable, here, options, workers))
+
+
+def _bytes(paths: Sequence[str], indices: list[int]) -> int:
+    """The (decompressed) bytes of the regular files among ``paths``, as far as they tell."""
+    return sum(log_bytes(paths[i]) or 0 for i in indices)
+
+
+def _with_run_bytes(options: ReplayOptions, run_bytes: int) -> ReplayOptions:
+    """``options`` with the bytes one process replays in this run (`ReplayOptions.run_bytes`),
+    unless the caller set them."""
+    if options.run_bytes:
+        return options
+    return dataclasses.replace(options, run_bytes=run_bytes)
 
 
 def _pooled(
@@ -146,7 +164,7 @@ def _pooled(
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
     pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(shippable)), mp_context=mp_context(), initializer=_ignore_sigint
+        max_workers=jobs, mp_context=mp_context(), initializer=_ignore_sigint
     )
     try:
         with _no_working_directory():  # the first submit starts the fork server and workers

@@ -16,9 +16,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .dispatch import (
     Divergence,
-    Replayer,
     ReplayResult,
     explain_shift,
     render_summary,
@@ -26,6 +27,19 @@ from .dispatch import (
     replay_reference,
     result_json,
 )
+
+if TYPE_CHECKING:
+    from .reference_replay import Replayer
+
+
+def __getattr__(name: str) -> Any:
+    """``Replayer`` on first use (see `dispatch.__getattr__`)."""
+    if name == "Replayer":
+        from .reference_replay import Replayer
+
+        return Replayer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Divergence",

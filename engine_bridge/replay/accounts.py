@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spectally.reference.events import Event
 from spectally.reference.step import LegacyStepCounts
 
+from ..steplog.header import Header
 from ..steplog.records import BadInput, Record
 from ..steplog.schema import PER_POS
-from ..steplog.translate import Header
 from .report import (
     LEGACY_FIELDS,
     Divergence,
@@ -23,6 +22,9 @@ from .report import (
     StepBlocks,
     rows,
 )
+
+if TYPE_CHECKING:  # the reference's events: only the reference replay holds them
+    from spectally.reference.events import Event
 
 
 class StopReplay(Exception):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from spectally.exit_codes import Verdict
 
@@ -21,7 +21,6 @@ from ..steplog.profiles import check_profile
 from ..steplog.records import BadInput, iter_lines
 from ..steplog.source import copy_checked, log_bytes, rereadable
 from .options import ReplayOptions
-from .reference_replay import Replayer, StopReplay
 from .report import (
     Divergence,
     ReplayResult,
@@ -30,6 +29,9 @@ from .report import (
     render_summary,
     result_json,
 )
+
+if TYPE_CHECKING:
+    from .reference_replay import Replayer
 
 __all__ = [
     "Divergence",
@@ -40,6 +42,17 @@ __all__ = [
     "replay_file",
     "result_json",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``Replayer``, imported when first asked for: the reference machine it runs loads only
+    for a log the columnar checker does not settle (PEP 562)."""
+    if name == "Replayer":
+        from .reference_replay import Replayer
+
+        return Replayer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 Lines = Iterable[tuple[int, bytes, bool]]
 
@@ -115,6 +128,7 @@ def replay_file(
             lines=lines,
             bar=bar,
             force_profile=opts.force_profile,
+            run_bytes=opts.run_bytes,
         )
         if result is not None:
             return result
@@ -174,6 +188,8 @@ def replay_reference(
 ) -> ReplayResult:
     """The plain replay: every record through the reference machine, one event at a time
     (``options`` and ``option`` as `replay_file` takes them; ``reference`` changes nothing)."""
+    from .reference_replay import Replayer, StopReplay
+
     opts = ReplayOptions.of(options, option)
     replayer = Replayer(
         path,

@@ -23,6 +23,10 @@ class ReplayOptions:
     check_invariants: bool = False  # --check-invariants: every invariant after every event
     reference: bool = False  # --reference: the plain reference replay, no columnar checker
     force_profile: str | None = None  # --force-profile: count every log under this profile
+    # The log bytes one process replays in the run (the fleet sets it; 0: not known). numba's
+    # compiled scanner loads when the run repays its import, not only one log: a directory of
+    # restart logs then costs per record what one long log does. Verdicts do not depend on it.
+    run_bytes: int = 0
 
     @classmethod
     def of(cls, options: ReplayOptions | None, named: dict[str, Any]) -> ReplayOptions:

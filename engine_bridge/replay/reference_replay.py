@@ -43,6 +43,7 @@ from spectally.reference.step import (
     pipeline,
     shift_terms,
 )
+from spectally.reference.transitions import discard_deadline
 
 from ..steplog.profiles import check_profile, no_profile_reason, resolve
 from ..steplog.records import BadInput, Record, exported_counters, parse_line
@@ -60,7 +61,6 @@ from ..steplog.translate import (
     Untranslatable,
     counting_profile,
     delivered_mismatch,
-    discard_deadline,
     lifecycle_event,
     translate_block,
     vllm_accepted,

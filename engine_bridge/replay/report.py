@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spectally.exit_codes import ExitCode, Verdict
 from spectally.reference.counters import Counters
-from spectally.reference.machine import RequestState
 from spectally.reference.metrics import derived_metrics, legacy_metrics
 from spectally.reference.step import SHIFT_TERMS as SHIFT_TERMS
 
+from ..steplog.header import Header
 from ..steplog.profiles import forced_text, forced_view
 from ..steplog.records import BadInput
 from ..steplog.schema import COUNTERS, PER_POS
-from ..steplog.translate import Header
+
+if TYPE_CHECKING:  # the reference machine: only the reference replay's views hold its state
+    from spectally.reference.machine import RequestState
 
 LEGACY_FIELDS = COUNTERS  # the engine's own counters, as step_stats and totals records name them
 

@@ -10,7 +10,11 @@ through it and it imports nothing of the bridge.
 - ``source``: bytes in (plain or gzip, seekable or a pipe), lines out, with the input checks;
 - ``limits``: the input limits every reader applies before allocating;
 - ``records``: one line parsed and checked against the schema (``parse_line``, ``BadInput``);
-- ``translate``: records into reference events, by counting profile (``Header``);
+- ``header``: the header as the replay reads it (``Header``) and the profile it names
+  (``profile_for``); ``delivered``: the ``delivered`` rule and vLLM's accepted count, shared by
+  both judges;
+- ``translate``: records into reference events, by counting profile (the reference replay's
+  only; a log the columnar checker settles never imports it, nor the reference machine);
 - ``profiles``: which profile reads which engine release (``resolve``, ``check_profile``),
   with ``release_pin`` and ``release_pin.json`` pinning each release's counting source;
 - ``writer``: the recorder's side, whole-line appends in step order and the totals record
@@ -21,10 +25,10 @@ through it and it imports nothing of the bridge.
 
 from __future__ import annotations
 
+from .header import Header
 from .profiles import check_profile, resolve
 from .records import BadInput, Record, parse_line
 from .source import iter_lines
-from .translate import Header
 from .writer import StepLogWriter, StepOrderBuffer, append_record, totals_record
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 A profile is one declaration of an engine release's counting facts (`reference/profile.py`:
 ``CountingProfile``, engine-neutral; the step rules of `reference/step.py` read its fields).
-The header's ``engine`` and ``engine_version`` choose it through `translate.profile_for`, which
+The header's ``engine`` and ``engine_version`` choose it through `header.profile_for`, which
 reads the release table ``reference.profile.RELEASES``: a release that counts like a known one
 is one line there; one that does not is one new ``CountingProfile`` plus the vectors that pin
 its difference (spec/vectors.py). The declaration form:
@@ -48,8 +48,8 @@ from typing import Any
 from spectally.reference.profile import FIXED, releases_of
 from spectally.reference.profile import PROFILES as DECLARED
 
+from .header import Header, profile_for
 from .release_pin import pinned_releases
-from .translate import Header, profile_for
 
 FORCE_FLAG = "--force-profile"
 

@@ -19,7 +19,7 @@ Each body record kind is a ``TypedDict`` here (`RequestStepRecord`, `RequestReco
 replay (`replay.reference_replay`, `translate`) reads its request_step, request and step_stats
 records through it, so mypy checks every field name either spells against this one definition.
 
-Outcome names come from the reference (`spectally.reference.machine.Outcome`); the reference
+Outcome names come from the reference (`spectally.reference.transitions.Outcome`); the reference
 never imports the bridge. This module is plain Python (no msgspec, no numpy): the reference
 replay of a small log imports it and must start fast.
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, cast
 
-from spectally.reference.machine import Outcome
+from spectally.reference.transitions import Outcome
 
 if TYPE_CHECKING:  # typing's own from 3.11; a string annotation here, never evaluated
     from typing import NotRequired
@@ -37,7 +37,10 @@ if TYPE_CHECKING:  # typing's own from 3.11; a string annotation here, never eva
 __all__ = [
     "APPLIED",
     "COUNTERS",
+    "DISCARDED_OUTCOMES",
     "EVENTS",
+    "HELD_ACCEPT_OUTCOMES",
+    "LIFECYCLE_OUTCOME",
     "OUTCOMES",
     "PER_POS",
     "RECORD_KINDS",
@@ -67,6 +70,15 @@ SCHEMA_VERSION: Final = 1
 RECORD_KINDS: Final = ("header", "request", "request_step", "step_stats", "totals")
 OUTCOMES: Final[tuple[str, ...]] = tuple(o.value for o in Outcome)
 APPLIED: Final = Outcome.APPLIED.value
+DISCARDED_OUTCOMES: Final = frozenset(o.value for o in Outcome if o is not Outcome.APPLIED)
+# The outcome a lifecycle event gives to the blocks it discards.
+LIFECYCLE_OUTCOME: Final = {
+    "finish": Outcome.DISCARDED_FINISHED.value,
+    "abort": Outcome.DISCARDED_ABORTED.value,
+    "preempt": Outcome.DISCARDED_PREEMPTED.value,
+}
+# The discarded outcome whose block still closes by its Accept, after the Preempt.
+HELD_ACCEPT_OUTCOMES: Final = frozenset((Outcome.DISCARDED_STALE.value,))
 Event = Literal["add", "finish", "abort", "preempt"]
 EVENTS: Final[tuple[Event, ...]] = ("add", "finish", "abort", "preempt")
 

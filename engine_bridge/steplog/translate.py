@@ -27,17 +27,17 @@ it. Its events follow the mode's pipeline (reference/step.py):
   stale block whose output vLLM delivered is an ordinary ``applied`` record (SPEC.md E6,
   DEC-7); ``discarded_stale`` means vLLM dropped it, and the reference agrees only when the
   ``Preempt`` drops stale output. The event that discards a block names a step no later than
-  `discard_deadline` (SPEC.md ATTR-2, DEC-19): the claimed outcome does not choose it.
+  `transitions.discard_deadline` (SPEC.md ATTR-2, DEC-19): the claimed outcome does not choose
+  it.
 * ``delivered`` (optional): the tokens the engine appended from the block's result, checked
   against the outcome by `delivered_mismatch` (STEP_LOG.md).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from spectally.reference.arith import INT_ARITH, Arith, B, N
+from spectally.reference.arith import INT_ARITH
 from spectally.reference.errors import SpectallyError
 from spectally.reference.events import (
     Abort,
@@ -53,30 +53,23 @@ from spectally.reference.events import (
     Truncate,
     Verify,
 )
-from spectally.reference.machine import Outcome
-from spectally.reference.profile import (
-    FIXED,
-    OLDEST_COUNTS_AS,
-    PROFILES,
-    RELEASES,
-    VLLM_LEGACY,
-    CountingProfile,
-    GrammarKeep,
-)
+from spectally.reference.profile import VLLM_LEGACY, CountingProfile, GrammarKeep
 from spectally.reference.step import Mode, StepInputs, grammar_keeps
 
-from .schema import Record, RequestRecord, RequestStepRecord
-
-LEGACY_PROFILE = VLLM_LEGACY.name
-
-# The outcome a lifecycle event gives to the blocks it discards (machine.Outcome values).
-LIFECYCLE_OUTCOME = {
-    "finish": Outcome.DISCARDED_FINISHED.value,
-    "abort": Outcome.DISCARDED_ABORTED.value,
-    "preempt": Outcome.DISCARDED_PREEMPTED.value,
-}
-HELD_ACCEPT_OUTCOMES = frozenset((Outcome.DISCARDED_STALE.value,))
-DISCARDED_OUTCOMES = frozenset(o.value for o in Outcome if o is not Outcome.APPLIED)
+# Re-exported: these names were first defined here, and code outside imports them from here.
+from .delivered import DeliveredMismatch as DeliveredMismatch
+from .delivered import delivered_consistent as delivered_consistent
+from .delivered import delivered_mismatch as delivered_mismatch
+from .delivered import vllm_accepted as vllm_accepted
+from .header import LEGACY_PROFILE as LEGACY_PROFILE
+from .header import Header as Header
+from .header import counting_profile as counting_profile
+from .header import parse_version as parse_version
+from .header import profile_for as profile_for
+from .schema import DISCARDED_OUTCOMES as DISCARDED_OUTCOMES
+from .schema import HELD_ACCEPT_OUTCOMES as HELD_ACCEPT_OUTCOMES
+from .schema import LIFECYCLE_OUTCOME as LIFECYCLE_OUTCOME
+from .schema import RequestRecord, RequestStepRecord
 
 
 class Untranslatable(SpectallyError):
@@ -89,78 +82,6 @@ class Untranslatable(SpectallyError):
         self.reason = reason
         self.field = field
         super().__init__(reason)
-
-
-def parse_version(version: str) -> tuple[int, ...]:
-    """Leading numeric components of a version string: "0.32.0rc1+cpu" -> (0, 32, 0)."""
-    parts: list[int] = []
-    for piece in version.split("."):
-        m = re.match(r"\d+", piece)
-        if m is None:
-            break
-        parts.append(int(m.group()))
-        if m.end() != len(piece):
-            break
-    return tuple(parts)
-
-
-def profile_for(engine: str, engine_version: str, counting: str | None = None) -> str | None:
-    """The counting profile an engine version reports under (reference/profile.py `RELEASES`:
-    a release prefix matches the version's leading numbers); None when none is declared. A
-    version older than every release an engine declares counts like its oldest when the engine
-    is in `OLDEST_COUNTS_AS` (vLLM's counting is unchanged back to the V1 engine's spec-decode
-    stats; llama.cpp's older servers counted differently, so they get no profile). With
-    ``counting`` "rfc" (the header of an engine with the counting fix), the profile of that
-    release with the fix (`FIXED`), None when the release has none."""
-    if counting == "rfc":
-        base = profile_for(engine, engine_version)
-        return FIXED.get(base) if base is not None else None
-    version = parse_version(engine_version)
-    if not version:
-        return None
-    declared = [(parse_version(p), name) for e, p, name in RELEASES if e == engine]
-    for prefix, name in declared:
-        if version[: len(prefix)] == prefix:
-            return name
-    if declared and engine in OLDEST_COUNTS_AS and version < min(declared)[0]:
-        return min(declared)[1]
-    return None
-
-
-def counting_profile(name: str | None) -> CountingProfile:
-    """The declaration of a profile name (a header's ``profile``); vllm-legacy when None."""
-    return VLLM_LEGACY if name is None else PROFILES[name]
-
-
-@dataclass(frozen=True)
-class Header:
-    """What the replay needs from the header record."""
-
-    engine: str
-    engine_version: str
-    k: int
-    mode: Mode
-    drop_stale_output: bool
-    adaptive_verification: bool
-    structured_outputs_backend: str | None
-    spec_method: str
-    engine_index: int | None
-    profile: str | None
-
-    @classmethod
-    def from_record(cls, rec: Record) -> Header:
-        return cls(
-            engine=rec["engine"],
-            engine_version=rec["engine_version"],
-            k=rec["num_speculative_tokens"],
-            mode=Mode(rec["scheduling"]),
-            drop_stale_output=rec["drop_stale_output"],
-            adaptive_verification=rec["adaptive_verification"],
-            structured_outputs_backend=rec["structured_outputs_backend"],
-            spec_method=rec["spec_method"],
-            engine_index=rec.get("engine_index"),
-            profile=profile_for(rec["engine"], rec["engine_version"], rec.get("counting")),
-        )
 
 
 @dataclass(frozen=True)
@@ -176,15 +97,6 @@ class BlockPlan:
     scheduled_drafts: int
     verified: int
     in_forward_pass: bool
-
-
-def discard_deadline(mode: Mode, step: int) -> int:
-    """The last step a lifecycle event that discards the block of ``step`` may name (SPEC.md
-    ATTR-2): the step whose output processing finds the block discarded. Sync processes block
-    s's output in step s; async in step s + 1 (an abort handled after step s + 1 was
-    scheduled, a preemption in that step's schedule)."""
-    # [ATTR-2] the event that discards a block of step s names step <= s (sync), s + 1 (async)
-    return step + 1 if mode is Mode.ASYNC else step
 
 
 def lifecycle_event(rec: RequestRecord) -> Event:
@@ -283,61 +195,3 @@ def _sync_kept(profile: CountingProfile, structured: bool, n: int, valid: int) -
         return n
     x = StepInputs(n, 0, True, valid, n, n, 0, True, True)
     return grammar_keeps(profile.sync_grammar_keeps, x, INT_ARITH)
-
-
-@dataclass(frozen=True)
-class DeliveredMismatch:
-    """A ``request_step`` whose observed ``delivered`` contradicts its applied / discarded
-    classification (STEP_LOG.md, "delivered"): the engine appended tokens from a block the spec
-    says was discarded, or none (or more than it sampled) from one the spec says was applied."""
-
-    reason: str
-    expected: str  # what the classification allows, e.g. "1..3" or "0"
-    actual: int
-
-
-def vllm_accepted(sampled: N, ar: Arith[N, B]) -> N:
-    """What vLLM reports as accepted for a block that sampled ``sampled`` tokens: all but the
-    one bonus / correction token, ``max(sampled - 1, 0)`` (SPEC.md section 8). Written over
-    `Arith` so the reference replay (ints) and the columnar checker (arrays) share it."""
-    return ar.max(ar.sub(sampled, ar.lit(1)), ar.lit(0))
-
-
-def delivered_consistent(applied: B, delivered: N, sampled: N, ar: Arith[N, B]) -> B:
-    """The ``delivered`` rule (STEP_LOG.md): an applied block delivers between 1 (the bonus
-    token) and ``sampled`` tokens (stop trimming may cut the rest); a discarded one delivers
-    none. Over `Arith`, shared by `delivered_mismatch` and the columnar checker."""
-    one = ar.lit(1)
-    in_range = ar.both(ar.le(one, delivered), ar.le(delivered, sampled))
-    return ar.either(
-        ar.both(applied, in_range), ar.both(ar.negate(applied), ar.eq(delivered, ar.lit(0)))
-    )
-
-
-def delivered_mismatch(rec: RequestStepRecord) -> DeliveredMismatch | None:
-    """Check a record's observed ``delivered`` (absent or null: not recorded, nothing to check)
-    against its ``outcome``: ``applied`` needs ``1 <= delivered <= sampled`` (at least the
-    bonus token, at most what was sampled: stop trimming may cut the rest); every
-    ``discarded_*`` outcome needs ``delivered == 0``. Replay checks the outcome itself against
-    the reference's classification of the block, so a ``delivered`` that contradicts the
-    reference always surfaces: here, or as an outcome divergence."""
-    delivered = rec.get("delivered")
-    if delivered is None:
-        return None
-    outcome: str = rec["outcome"]
-    sampled: int = rec["sampled"]
-    if delivered_consistent(outcome == "applied", delivered, sampled, INT_ARITH):
-        return None
-    if outcome == "applied":
-        return DeliveredMismatch(
-            f"an applied block delivers between 1 and sampled ({sampled}) tokens; the engine"
-            f" appended {delivered}",
-            f"1..{sampled}",
-            delivered,
-        )
-    return DeliveredMismatch(
-        f"the block is {outcome}, yet the engine appended {delivered} of its tokens to the"
-        " request (delivered output is applied; only dropped stale output is discarded)",
-        "0",
-        delivered,
-    )

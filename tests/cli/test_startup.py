@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 from spectally.engine_bridge import synth
+from spectally.engine_bridge.fleet import local
 from spectally.engine_bridge.replay import dispatch
 from spectally.engine_bridge.replay.columnar import jit, reader, scanner
+from spectally.engine_bridge.replay.options import ReplayOptions
 from spectally.engine_bridge.steplog import source
 
 # The production thresholds, read at import (before conftest's fixture lowers them).
@@ -46,9 +48,9 @@ print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.std
 """
 
 
-def heavy_modules(*args: str) -> list[str]:
+def heavy_modules(*args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+        [sys.executable, "-c", PROBE.format(heavy=heavy), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -82,6 +84,97 @@ def test_a_small_replay_does_not_import_numba(tmp_path: Path) -> None:
     loaded = heavy_modules("replay", str(log))
     assert "numpy" in loaded and "numba" not in loaded  # the columnar path ran, uncompiled
     assert "jsonschema" not in loaded  # a valid header and totals: no validator
+
+
+MACHINE = (
+    "spectally.reference.machine",
+    "spectally.reference.events",
+    "spectally.engine_bridge.steplog.translate",
+    "spectally.engine_bridge.replay.reference_replay",
+    "numpy.typing",
+)
+
+
+def test_a_columnar_replay_that_agrees_never_loads_the_reference_machine(tmp_path: Path) -> None:
+    """The columnar checker evaluates the step rules over arrays; the reference machine, its
+    events and the translation into them load only for a log it hands to the reference
+    replay (and numpy.typing, for annotations, never)."""
+    log = tmp_path / "log.ndjson"
+    log.write_bytes(b"".join(synth.varied.lines(2000, seed=1, preempt_share=0.05)))
+    assert log.stat().st_size > REFERENCE_MAX_BYTES
+    assert heavy_modules("replay", str(log), heavy=(*MACHINE, "numpy")) == ["numpy"]
+    bad = tmp_path / "bad.ndjson"  # one count changed: the reference replay writes the report
+    bad.write_bytes(log.read_bytes().replace(b'"accepted":0,', b'"accepted":9,', 1))
+    assert heavy_modules("replay", str(bad), heavy=MACHINE) == sorted(MACHINE[:4])
+
+
+RUN = """
+import json, sys
+from spectally.commands import main
+from spectally.engine_bridge.replay.columnar import reader
+reader.JIT_MIN_LOG_BYTES = int(sys.argv[1])
+try:
+    main(sys.argv[2:], standalone_mode=True)
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps([code, "numba" in sys.modules]), file=sys.stderr)
+"""
+
+
+def test_restart_logs_that_repay_numba_together_load_it_though_no_log_does(
+    tmp_path: Path,
+) -> None:
+    """Restart logs, each under `reader.JIT_MIN_LOG_BYTES`, replayed by one process in one run
+    (`ReplayOptions.run_bytes`) load the compiled scanner once the run repays it, as one long
+    log of their size does; one of them alone does not."""
+    logs = []
+    for seed in range(3):
+        log = tmp_path / f"restart-{seed}.ndjson"
+        log.write_bytes(b"".join(synth.lines(8000, batch=8, seed=seed)))
+        logs.append(str(log))
+    sizes = [Path(log).stat().st_size for log in logs]
+    threshold = sum(sizes) - 1  # the run repays it; no log, nor two of them, does
+
+    def run(*paths: str) -> list[Any]:
+        done = subprocess.run(
+            [sys.executable, "-c", RUN, str(threshold), "replay", "--jobs", "1", *paths],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        result: list[Any] = json.loads(done.stderr.strip().splitlines()[-1])
+        return result
+
+    assert max(sizes) < threshold
+    assert run(logs[0]) == [0, False]
+    assert run(*logs[:2]) == [0, False]
+    assert run(*logs) == [0, True]
+
+
+def test_each_worker_is_told_its_share_of_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With --jobs N, each worker process replays about 1/N of the run's bytes: that share is
+    what decides numba there (the pool itself is tests/fleet's)."""
+    logs = []
+    for seed in range(3):
+        log = tmp_path / f"restart-{seed}.ndjson.gz"
+        log.write_bytes(gzip.compress(b"".join(synth.lines(500, seed=seed))))
+        logs.append(str(log))
+    shipped: list[ReplayOptions] = []
+
+    def pooled(paths: Any, shippable: Any, here: Any, options: ReplayOptions, jobs: int) -> Any:
+        shipped.append(options)
+        return iter([(i, None) for i in range(len(paths))])
+
+    monkeypatch.setattr(local, "_pooled", pooled)
+    list(local.replay_local(logs, ReplayOptions(), jobs=2))
+    total = sum(source.log_bytes(log) or 0 for log in logs)  # decompressed
+    assert total > sum(Path(log).stat().st_size for log in logs)
+    assert [o.run_bytes for o in shipped] == [total // 2]
+    list(local.replay_local(logs, ReplayOptions(run_bytes=7), jobs=2))
+    assert shipped[-1].run_bytes == 7  # a caller's figure is kept
 
 
 def test_a_tiny_replay_imports_neither_numpy_nor_msgspec() -> None:

@@ -148,6 +148,26 @@ def test_ids_map_to_one_str_each_even_when_every_hash_collides(
     assert (s.ids, s.rid.tolist()) == (compiled.ids, compiled.rid.tolist())
 
 
+@pytest.mark.parametrize("group", [1, 2, 7, 1000])
+def test_groups_do_not_change_the_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group: int
+) -> None:
+    """Lines are read `array_scan.GROUP` at a time; each group's ids may be of another width
+    and each id is numbered across groups in order of first appearance: the scan is the same
+    whatever the groups."""
+    ids = ["ab", "a", "x" * 40, "y" * 8, "a", "x" * 41, "z" * 250, "ab", "y" * 8]
+    rec = json.loads(colscan.BASES[0])
+    lines = [colscan.dumps({**rec, "request": rid, "step": i}) for i, rid in enumerate(ids)]
+    text = b"\n".join(lines) + b"\n" + b"".join(synth.varied.lines(1500, seed=5))
+    whole = array_scan.scan(text)
+    assert whole.taken.sum() > len(ids) and len(whole.starts) < array_scan.GROUP
+    monkeypatch.setattr(array_scan, "GROUP", group)
+    parts = array_scan.scan(text)
+    assert parts.ids == whole.ids
+    for name in ("starts", "stops", "taken", "values", "outcome", "rid"):
+        assert np.array_equal(getattr(parts, name), getattr(whole, name)), name
+
+
 @given(colscan.CHUNKS)
 def test_chunks_decode_to_the_typed_decoders_columns(chunk: bytes) -> None:
     colscan.decodes_alike(chunk)

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,6 +85,36 @@ def test_byte_chunks_reads_each_byte_once_and_lines_given_back_again(
             front = back if may else b""
         assert read == data
         assert not chunks.keep(1)
+
+
+def test_logs_read_one_after_another_share_one_buffer_and_read_only_their_own_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process keeps a log's read buffer for its next log (`reader._SPARE`): a shorter log
+    after a longer one reads its own bytes only (the longer one's stay in the buffer, stale);
+    two logs read at the same time each have a buffer of their own."""
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(reader, "_SPARE", [])
+    long, short = tmp_path / "long.ndjson", tmp_path / "short.ndjson"
+    long.write_bytes(b"".join(b'{"a":%d,"pad":"%s"}\n' % (i, b"x" * i) for i in range(40)))
+    short.write_bytes(b'{"b":1}\n{"b":2}')
+
+    def read(chunks: reader.ByteChunks) -> bytes:
+        return b"".join(bytes(view) for view in chunks)
+
+    first = reader.byte_chunks(str(long), None)
+    assert read(first) == long.read_bytes()
+    second = reader.byte_chunks(str(short), None)
+    assert read(second) == short.read_bytes()
+    assert second._buffer is first._buffer and [first._buffer] == reader._SPARE
+    outer, inner = reader.byte_chunks(str(long), None), reader.byte_chunks(str(short), None)
+    together = b""
+    for view in outer:
+        together += bytes(view)
+        if isinstance(inner._buffer, bytearray):  # the inner log, read within the outer one
+            assert read(inner) == short.read_bytes()
+    assert together == long.read_bytes() and inner._buffer is not outer._buffer
+    assert len(reader._SPARE) == 1
 
 
 def test_byte_chunks_of_a_list_of_lines_give_nothing_back() -> None:

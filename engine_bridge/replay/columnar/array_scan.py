@@ -42,7 +42,10 @@ Words = np.ndarray[Any, np.dtype[np.uint64]]
 Bytes = np.ndarray[Any, np.dtype[np.uint8]]
 
 MAX_DIGITS = 7  # the digits a value's one word holds with the byte after them
-GROUP = 1 << 12  # lines read together: their windows stay in the CPU's cache
+# Lines read together: numpy's per-call cost is paid once per group, and a group's windows
+# (32 bytes a line, 512 KiB here) stay in a core's L2 cache. 2^14 was the fastest of 2^10 to
+# 2^16 on a 16 MiB chunk of a realistic log (2^12: 15 % slower; 2^16: 40 %).
+GROUP = 1 << 14
 _PAD = 1024  # zero bytes after the chunk: every window the reading can reach lies inside
 _WIDTH = 32  # bytes in a field's window
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from spectally.engine_bridge.steplog.translate import delivered_consistent, vllm_accepted
+from spectally.engine_bridge.steplog.delivered import delivered_consistent, vllm_accepted
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.counters import (
     Counters,

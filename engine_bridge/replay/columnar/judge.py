@@ -29,10 +29,10 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
+from spectally.engine_bridge.steplog.header import LEGACY_PROFILE, Header
 from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
 from spectally.engine_bridge.steplog.profiles import resolve
 from spectally.engine_bridge.steplog.records import BadInput, Record, exported_counters, parse_line
-from spectally.engine_bridge.steplog.translate import LEGACY_PROFILE, Header
 from spectally.engine_bridge.steplog.typed import LineKind
 from spectally.exit_codes import Verdict
 from spectally.reference.counters import Counters
@@ -520,13 +520,15 @@ def replay_columnar(
     lines: Sequence[tuple[int, bytes, bool]] | None = None,
     bar: Any = None,
     force_profile: str | None = None,
+    run_bytes: int = 0,
 ) -> ReplayResult | None:
     """The agreeing result of a log the columnar checker vouches for; None: the reference
     replay must judge it. ``source`` is the file to read (default ``path``; stdin is spooled
     to a file by the caller), ``path`` the name reports use; ``force_profile`` as in
-    `replay_file`."""
+    `replay_file`; ``run_bytes`` as `ReplayOptions.run_bytes`."""
+    compile_ = worth_compiling(source or path, lines, run_bytes)
     try:
-        with collector_paused(), jit.allowed(worth_compiling(source or path, lines)):
+        with collector_paused(), jit.allowed(compile_):
             return Columnar(path, metrics, force_profile).run(source or path, lines, bar)
     except Irregular:
         return None

@@ -119,9 +119,14 @@ def open_log(path: str) -> BinaryIO:
 JIT_MIN_LOG_BYTES = 64 << 20
 
 
-def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) -> bool:
-    """Whether the log is large enough to repay loading the compiled kernels
-    (`source.log_bytes`; True when its size cannot be told)."""
+def worth_compiling(
+    path: str, lines: Sequence[tuple[int, bytes, bool]] | None, run_bytes: int = 0
+) -> bool:
+    """Whether the log, or the run of logs this process replays (``run_bytes``), is large
+    enough to repay loading the compiled kernels (`source.log_bytes`; True when the log's size
+    cannot be told)."""
+    if run_bytes >= JIT_MIN_LOG_BYTES:
+        return True
     if lines is not None:
         return sum(len(raw) for _, raw, _ in lines) >= JIT_MIN_LOG_BYTES
     size = log_bytes(path)
@@ -131,6 +136,13 @@ def worth_compiling(path: str, lines: Sequence[tuple[int, bytes, bool]] | None) 
 # Engine steps the columnar checker gives back to the reader (`ByteChunks.keep`) are at most
 # this many bytes; a longer one stays decoded and is carried (checked on its own).
 KEEP_BYTES = 1 << 20
+
+
+# A read buffer the process has used, for its next log: the logs of a run (restart logs, one
+# after another) fault its 18 MiB of pages in once (~24 ms of CPU a log otherwise). A log
+# takes it while it reads, so two logs read at once never share one; the bytes a log finds
+# past its chunks are stale either way (`ByteChunks`).
+_SPARE: list[mmap.mmap] = []
 
 
 class ByteChunks:
@@ -181,9 +193,20 @@ class ByteChunks:
         # The buffer's front: lines given back (at most KEEP_BYTES), then a partial line (at
         # most MAX_LINE_BYTES, else Irregular); at most CHUNK_BYTES are read after them.
         # An anonymous map, not a bytearray: its pages cost only once data lands in them
-        # (a bytearray is zeroed whole, ~20 ms for its 18 MiB, whatever the log's size).
-        buffer = self._buffer = mmap.mmap(-1, KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES)
+        # (a bytearray is zeroed whole, ~20 ms for its 18 MiB, whatever the log's size). The
+        # process keeps it for its next log (`_SPARE`), whose pages are then touched already.
+        size = KEEP_BYTES + MAX_LINE_BYTES + 1 + CHUNK_BYTES
+        spare = _SPARE.pop() if _SPARE else None
+        buffer = self._buffer = spare if spare and len(spare) == size else mmap.mmap(-1, size)
         view = memoryview(buffer)
+        try:
+            yield from self._chunks(buffer, view)
+        finally:
+            self._open = False
+            if not _SPARE:  # one kept: logs read one after another need no more
+                _SPARE.append(buffer)
+
+    def _chunks(self, buffer: mmap.mmap, view: memoryview) -> Iterator[memoryview]:
         stream = open_log(self.path)
         rest = whole = 0  # bytes at the buffer's front, and of those the whole lines
         try:
@@ -211,7 +234,6 @@ class ByteChunks:
                 view[: filled - back] = buffer[back:filled]
                 rest, whole = filled - back, cut - back
         finally:
-            self._open = False
             close_stream(stream)
 
 

@@ -31,10 +31,10 @@ from typing import Any
 
 import msgspec
 import numpy as np
-from spectally.engine_bridge.steplog.translate import LIFECYCLE_OUTCOME, discard_deadline
+from spectally.engine_bridge.steplog.schema import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs
-from spectally.reference.transitions import is_applied, lifecycle_rule
+from spectally.reference.transitions import discard_deadline, is_applied, lifecycle_rule
 
 from . import hashing
 from .array_arith import Ints
