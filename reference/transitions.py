@@ -174,3 +174,12 @@ def lifecycle_rule(
     if kind == PREEMPT:
         stays = ar.both(ar.truth(mode is Mode.ASYNC), verified)
     return stays, discard_rule(x, verified, ar)
+
+
+def discard_deadline(mode: Mode, step: int) -> int:
+    """The last step a ``Finish``, ``Abort`` or ``Preempt`` that discards the block of ``step``
+    may name (SPEC.md ATTR-2): the step during which the engine processes the block's output,
+    the block's own in sync, the next in async. The machine takes events as given; the step-log
+    judges (engine_bridge/replay) hold a discarded record's claim to it."""
+    # [ATTR-2] the event that discards a block of step s names step <= s (sync), s + 1 (async)
+    return step + 1 if mode is Mode.ASYNC else step

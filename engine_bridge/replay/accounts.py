@@ -133,14 +133,13 @@ _BLOCK_REASONS = {
     "scheduled": ("scheduled slots differ from the reference's schedule of this block", "L2"),
     "invalid": ("num_invalid_spec_tokens differs from the reference's count", "L2"),
     "accepted": ("accepted is not max(sampled - 1, 0)", "L3"),
-    "outcome": ("the block's outcome differs from the reference's", "E6"),
 }
 
 
 def block_mismatch(table: list[tuple[str, Any, Any]]) -> tuple[str, str, str] | None:
-    """The first of a request_step record's ``scheduled`` / ``invalid`` / ``accepted`` /
-    ``outcome`` (``table``: name, the reference's, the record's) that differs, with the
-    report's reason and the rule; None when all agree."""
+    """The first of a request_step record's ``scheduled`` / ``invalid`` / ``accepted``
+    (``table``: name, the reference's, the record's) that differs, with the report's reason
+    and the rule; None when all agree."""
     bad = next((name for name, expected, actual in table if expected != actual), None)
     return None if bad is None else (bad, *_BLOCK_REASONS[bad])
 

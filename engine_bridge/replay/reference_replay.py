@@ -6,7 +6,9 @@ numbers are asserted against the reference's profile for that engine version:
 
 * ``request_step``: ``scheduled`` and ``invalid`` against ``step.pipeline`` /
   ``step.legacy_scheduled_invalid`` of the block the reference built, ``accepted`` against
-  ``max(sampled - 1, 0)``, and the claimed ``outcome`` against how the reference closed it;
+  ``max(sampled - 1, 0)``; a discarded ``outcome`` against how the reference closes the
+  block, and by which step (SPEC.md ATTR-2: the discarding event names the block's step, in
+  async at most the next; checked when the block closes and when a later step begins);
 * ``step_stats``: num_drafts / num_draft_tokens / num_accepted_tokens / per-position accepted
   against the sum of ``step.legacy_step`` over that step's blocks, compared when the step
   closes (a step without a ``step_stats`` record is compared with zeros: the engine counted
@@ -41,6 +43,7 @@ from spectally.reference.step import (
     pipeline,
     shift_terms,
 )
+from spectally.reference.transitions import discard_deadline
 
 from ..steplog.profiles import check_profile, no_profile_reason, resolve
 from ..steplog.records import BadInput, Record, exported_counters, parse_line
@@ -76,8 +79,8 @@ from .report import Divergence, RequestView, Tally, column, rows, stats_not_comp
 
 ENDED_MEMORY = 100_000  # recently ended request ids kept for precise messages
 
-# How a block closed: the reference's inputs, the engine's own counts of it, its outcome.
-Closing = tuple[StepInputs[int, bool], LegacyStepCounts[int], str]
+# How a block closed: the reference's inputs and the engine's own counts of it.
+Closing = tuple[StepInputs[int, bool], LegacyStepCounts[int]]
 
 __all__ = ["ENDED_MEMORY", "Replayer", "StopReplay", "metrics_divergence"]
 
@@ -242,11 +245,40 @@ class Replayer:
         for rid, held in list(self.held.items()):
             if held.step + 1 < step:
                 self._release(rid)
+        self._overdue_claims(step)
         assert self.engine is not None
         self.engine.apply(StepBegin(step))
         self.step = step
         self.tally.steps += 1
         self.account = StepAccount(step, self.k)
+
+    def _overdue_claims(self, step: int) -> None:
+        """Step ``step`` begins: every lifecycle event of a step before ``step - 1`` is applied
+        (held ones were released just now), so a discarded claim whose block none of them
+        closed was not discarded when the engine discarded it."""
+        for (rid, at), claim in list(self.claims.items()):
+            deadline = discard_deadline(self.mode, at)
+            # [ATTR-2] no event of a step <= the deadline discarded the block: a false claim
+            if deadline + 1 < step and rid not in self.quarantined:
+                del self.claims[rid, at]
+                self._late_discard(claim, rid, at, None, f"nothing discarded it by step {deadline}")
+
+    def _late_discard(self, claim: Claim, rid: str, at: int, when: int | None, what: str) -> None:
+        """A divergence at the claim's own line: the block was not discarded when the engine
+        must have discarded it (ATTR-2)."""
+        deadline = discard_deadline(self.mode, at)
+        self._diverge(
+            claim.line,
+            "request_step",
+            at,
+            f"the record claims {claim.outcome}, but {what}: the event that discards a block of"
+            f" step {at} names step {deadline} at the latest ({self.mode.value}; SPEC.md ATTR-2)",
+            claim.record,
+            [("discarded at step", f"<= {deadline}", "none" if when is None else when)],
+            self._view(rid),
+            at="outcome",
+            rule="ATTR-2",
+        )
 
     def _lookup(self, line: int, rec: RequestRecord | RequestStepRecord) -> RequestState | None:
         """The request's state; None when it ended (a divergence is recorded) or is
@@ -328,8 +360,8 @@ class Replayer:
             closing = self._claim_discarded(line, rec, plan)
         if closing is None:
             return
-        inputs, lg, outcome = closing
-        if self._block_agrees(line, rec, plan, inputs, outcome):
+        inputs, lg = closing
+        if self._block_agrees(line, rec, plan, inputs):
             self._fold(line, rid, inputs, lg)
 
     def _plan(self, line: int, rec: RequestStepRecord, structured: bool) -> BlockPlan | None:
@@ -352,20 +384,21 @@ class Replayer:
         return plan
 
     def _close_applied(self, line: int, rec: RequestStepRecord, plan: BlockPlan) -> Closing | None:
-        """An applied block closed now by its Accept: the reference's inputs, the engine's
-        counts and outcome of it; None (the account tainted) when the reference rejects it."""
+        """An applied block closed now by its Accept (opened just now, it cannot have gone
+        stale: the machine closes it applied): the reference's inputs and the engine's counts
+        of it; None (the account tainted) when the reference rejects it."""
         assert self.account is not None and plan.accept is not None
         closed = self._apply_closing(plan.accept, line, rec)
         if closed is None:
             self.account.tainted = f"line {line} was rejected by the reference"
             return None
-        return closed.inputs, closed.legacy, closed.outcome.value
+        return closed.inputs, closed.legacy
 
     def _claim_discarded(self, line: int, rec: RequestStepRecord, plan: BlockPlan) -> Closing:
         """A discarded block: its claimed outcome kept until the reference closes the block,
         its stale Accept held for the preemption; counted by neither profile."""
         assert self.engine is not None
-        rid, step, outcome = rec["request"], rec["step"], rec["outcome"]
+        rid, step = rec["request"], rec["step"]
         block = self.engine.requests[rid].block_at(step)
         assert block is not None
         # A discarded block is counted by neither profile: stale output is discarded only
@@ -373,25 +406,23 @@ class Replayer:
         # Whether the preemption really dropped it is checked when its Accept is applied.
         inputs = block.inputs(rec["accepted"], False, False)
         lg = legacy_step(self.mode, inputs, INT_ARITH, self.profile)
-        claim = Claim(line, outcome, rec)
+        claim = Claim(line, rec["outcome"], rec)
         self.claims[(rid, step)] = claim
         if plan.accept is not None:
             self.held_accepts.setdefault(rid, []).append((plan.accept, claim))
             held = self.held.get(rid)
             if held is not None and held.record["event"] == "preempt":
                 self._release(rid)
-        return inputs, lg, outcome
+        return inputs, lg
 
     def _block_agrees(
-        self,
-        line: int,
-        rec: RequestStepRecord,
-        plan: BlockPlan,
-        inputs: StepInputs[int, bool],
-        outcome: str,
+        self, line: int, rec: RequestStepRecord, plan: BlockPlan, inputs: StepInputs[int, bool]
     ) -> bool:
-        """The record's scheduled, invalid, accepted and outcome against the reference's; a
-        divergence (the account tainted) at the first that differs."""
+        """The record's scheduled, invalid and accepted against the reference's; a divergence
+        (the account tainted) at the first that differs. No outcome is compared here: an
+        applied record's Accept closes a block opened by the same record, which cannot have
+        gone stale, so the reference always applies it; a discarded one is checked where the
+        reference closes the block (`_apply`) or has not by its deadline (`_overdue_claims`)."""
         assert self.account is not None
         mode, profile = self.mode, self.profile
         if plan.in_forward_pass:
@@ -406,7 +437,6 @@ class Replayer:
             ),
             ("invalid", exp_invalid, rec["invalid"] or 0),
             ("accepted", vllm_accepted(rec["sampled"], INT_ARITH), rec["accepted"]),
-            ("outcome", outcome, rec["outcome"]),
         ]
         mismatch = block_mismatch(table)
         if mismatch is None:
@@ -485,8 +515,12 @@ class Replayer:
 
     # -- engine ----------------------------------------------------------------------------------
 
-    def _apply(self, event: Event, line: int, rec: Mapping[str, Any]) -> bool:
-        """Apply one event; on an illegal event record a divergence and quarantine the request."""
+    def _apply(
+        self, event: Event, line: int, rec: Mapping[str, Any], by: Held | None = None
+    ) -> bool:
+        """Apply one event; on an illegal event record a divergence and quarantine the request.
+        ``by``: the lifecycle event that discards the blocks this event closes, when it is not
+        the event itself (a stale block's Accept: the Preempt that made it stale)."""
         assert self.engine is not None
         try:
             closed = self.engine.apply(event)
@@ -511,7 +545,14 @@ class Replayer:
             return False
         for c in closed:
             claim = self.claims.pop((c.request, c.step), None)
-            if claim is None or claim.outcome == c.outcome.value:
+            if claim is None:
+                continue
+            if claim.outcome == c.outcome.value:
+                cause, at = (event, line) if by is None else (by.event, by.line)
+                # [ATTR-2] the discarding event names a step past the block's deadline
+                if cause.step > discard_deadline(self.mode, c.step):
+                    what = f"it was discarded at step {cause.step} (line {at}: {event_text(cause)})"
+                    self._late_discard(claim, c.request, c.step, cause.step, what)
                 continue
             self._diverge(
                 claim.line,
@@ -559,7 +600,7 @@ class Replayer:
         if event == "preempt":
             for accept, claim in accepts:
                 if self.claims.get((rid, accept.step)) is claim:  # still open, now stale
-                    self._apply(accept, claim.line, claim.record)
+                    self._apply(accept, claim.line, claim.record, by=held)
             return
         state = self.engine.requests.pop(rid)
         self.ended[rid] = (state.status.value, held.line)

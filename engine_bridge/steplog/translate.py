@@ -26,7 +26,9 @@ it. Its events follow the mode's pipeline (reference/step.py):
   stale, for ``discarded_stale``. Other discarded blocks are closed by the lifecycle event. A
   stale block whose output vLLM delivered is an ordinary ``applied`` record (SPEC.md E6,
   DEC-7); ``discarded_stale`` means vLLM dropped it, and the reference agrees only when the
-  ``Preempt`` drops stale output.
+  ``Preempt`` drops stale output. The event that discards a block names a step no later than
+  `transitions.discard_deadline` (SPEC.md ATTR-2, DEC-19): the claimed outcome does not choose
+  it.
 * ``delivered`` (optional): the tokens the engine appended from the block's result, checked
   against the outcome by `delivered_mismatch` (STEP_LOG.md).
 """

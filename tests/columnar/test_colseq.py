@@ -332,3 +332,34 @@ def test_the_usual_ends_take_the_shortcut() -> None:
     assert sorted(mine) == ["c", "d", "e", "f"]
     with pytest.raises(Irregular, match="unknown or ended"):
         RequestTable()._plain_ends({"a": [events[0]]}, 8)  # never added
+
+
+@pytest.mark.parametrize(
+    ("mode", "end", "outcome", "drop"),
+    [
+        *[(m, "finish", "discarded_finished", msgspec.UNSET) for m in Mode],
+        *[(m, "abort", "discarded_aborted", msgspec.UNSET) for m in Mode],
+        (Mode.ASYNC, "preempt", "discarded_stale", True),  # stale output: async only
+    ],
+)
+def test_a_block_discarded_past_its_deadline_is_refused(
+    mode: Mode, end: str, outcome: str, drop: Any
+) -> None:
+    """SPEC.md ATTR-2 in the lifecycle pass: a block of step 3 written before the record that
+    discards it (a stale block before its preemption, or a block in flight before its
+    request's end) is closed when that record is released; a record of the block's deadline
+    (sync 3, async 4) is taken, one a step later refused, whichever event it is."""
+    deadline = 4 if mode is Mode.ASYNC else 3
+    for step, refused in ((deadline, False), (deadline + 1, True)):
+        table = RequestTable()
+        table.mode = mode
+        add = (1, "a", 1, "add", False, msgspec.UNSET)
+        events = [(2, "a", 3, outcome, 1, 1), (3, "a", step, end, None, drop)]
+        if refused:
+            with pytest.raises(
+                Irregular, match=f"a block of step 3 discarded by a {end} at {step}"
+            ):
+                table.lifecycle([add], events, 20)
+        else:
+            done = table.lifecycle([add], events, 20)
+            assert done == ([] if end == "preempt" else ["a"])

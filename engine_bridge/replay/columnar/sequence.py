@@ -34,7 +34,7 @@ import numpy as np
 from spectally.engine_bridge.steplog.schema import LIFECYCLE_OUTCOME
 from spectally.reference.arith import INT_ARITH
 from spectally.reference.step import Mode, StepInputs
-from spectally.reference.transitions import is_applied, lifecycle_rule
+from spectally.reference.transitions import discard_deadline, is_applied, lifecycle_rule
 
 from . import hashing
 from .array_arith import Ints
@@ -311,12 +311,15 @@ class RequestTable:
         """The held end record's event, as the machine applies it (E6), then, after a
         preemption, the Accepts of the blocks it made stale."""
         assert life.held is not None
-        event, _, drop = life.held
+        event, at, drop = life.held
         life.held = None
         accepts, life.accepts = life.accepts, []
         outcome = LIFECYCLE_OUTCOME[event]
         keep: list[OpenBlock] = []
         for block in life.open:
+            # [ATTR-2] this event (or, for a stale block, its Accept after it) discards the block
+            if at > discard_deadline(self.mode, block.step):
+                raise Irregular(f"a block of step {block.step} discarded by a {event} at {at}")
             if self.stays(event, block.verified):
                 block.stale, block.dropped = True, drop
                 keep.append(block)
