@@ -501,8 +501,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "position-increment-le",
         "per-position counts off by one (position_increment uses <=)",
         ((st, "position_increment", _position_increment_le),),
-        # step:INV-5 (sync), first in the suite's order, also refutes it (its lemma fails) but
-        # its main obligation exhausts the resource budget (~2 x 200 million units, minutes)
+        # step:INV-5 (sync), first in the suite's order, refutes it too (its lemma fails), but
+        # the linearising solver exhausts the budget on its main obligation (minutes)
         first="step:INV-7",
     ),
     Mutant(

@@ -24,8 +24,9 @@ from .z3arith import Cond, Num
 # unknown never depends on the clock (developers' guide: a verdict must not depend on load).
 # The budget is per check (Z3's rlimit is relative to the context's running count). Measured by
 # `python -m spectally.proofs.calibrate`: the costliest check uses ~80 thousand units on the
-# reference and ~5 million under any mutant, none runs out; 200 million is ~40x and ~2,500x
-# that (docs/proofs.md, "Solver budget").
+# reference and ~5 million under the mutants; 200 million is ~40x and ~2,500x that
+# (docs/proofs.md, "Solver budget"). One check under a mutant runs out (the linearising
+# solver's on step:INV-5 sync under position-increment-le); the default solver then answers.
 DEFAULT_RLIMIT = 200_000_000
 # Wall-clock limit per check: a safety net only, so that a Z3 stage that does not count
 # resources cannot hang a run (like CAP_S in tests/proofs/test_crosshair.py). Z3 does roughly a
