@@ -243,3 +243,16 @@ def test_an_obligation_is_the_same_whatever_was_built_before(tmp_path: Path) -> 
     again = {f"{p.name}.{p.mode}": property_smtlib(p) for p in select(wanted)}
     assert len(first) == 6 and all(first.values())
     assert again == first
+
+
+def test_smt_dump_writes_one_file_per_obligation(tmp_path: Path) -> None:
+    from spectally.proofs.smt import main as smt_main
+
+    assert smt_main([str(tmp_path), "--only", "merge:monoid"]) == 0
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files and files[0] == "merge-monoid.both.00.smt2"
+    text = (tmp_path / files[0]).read_text(encoding="utf-8")
+    assert "(check-sat)" in text and "merge#0." in text
+    with pytest.raises(SystemExit) as exc:
+        smt_main([str(tmp_path), "--only", "no-such-property"])
+    assert exc.value.code == 2
