@@ -18,6 +18,9 @@ not a name bound at import), so `spectally.proofs.mutants` can swap one in and r
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -34,12 +37,51 @@ AR = Z3_ARITH
 MODES: tuple[Mode, ...] = (Mode.SYNC, Mode.ASYNC)
 SymInputs = StepInputs[Num, Cond]
 POSITION_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PositionCounts))
-_fresh = itertools.count()
+# The numbering of `fresh_tag` inside the current `name_scope` (None outside any).
+_numbering: ContextVar[Iterator[int] | None] = ContextVar("proof_name_numbering", default=None)
+
+
+@contextmanager
+def name_scope() -> Iterator[z3.Context]:
+    """Build a property inside: its Z3 terms go to a new context of their own (z3's default
+    context is swapped for it) and `fresh_tag` numbers names from 0.
+
+    What the solver does with an obligation (and so a check's run time, though not its
+    verdict, which the resource budget decides) depends on the names and on the context its
+    terms are copied from: Z3 follows names in its search, and copying a term into
+    `discharge`'s fresh context copies every recursive function defined in the source context
+    too (shifting the copy's term ids). Built in a scope, a property's obligations are the same
+    whatever the process built before; without one, a check took seconds or many minutes
+    depending on the run order.
+    """
+    token = _numbering.set(itertools.count())
+    try:
+        with default_context(z3.Context()) as own:
+            yield own
+    finally:
+        _numbering.reset(token)
+
+
+@contextmanager
+def default_context(ctx: z3.Context) -> Iterator[z3.Context]:
+    """Make ``ctx`` z3's default context (the one ``z3.Int(name)`` and the reference's
+    `Z3_ARITH` build in) inside; e.g. to build a witness from the terms of an obligation."""
+    previous = z3.z3._main_ctx
+    z3.z3._main_ctx = ctx  # z3 has no public setter for its default context
+    try:
+        if z3.main_ctx() is not ctx:
+            raise RuntimeError("z3.main_ctx() cannot be swapped in this z3 version")
+        yield ctx
+    finally:
+        z3.z3._main_ctx = previous
 
 
 def fresh_tag(base: str) -> str:
-    """A name prefix no other obligation uses (Z3 constants are global by name)."""
-    return f"{base}#{next(_fresh)}"
+    """A name prefix no other name of the same `name_scope` uses."""
+    numbering = _numbering.get()
+    if numbering is None:
+        raise RuntimeError(f"fresh_tag({base!r}) outside a name_scope(): build in one")
+    return f"{base}#{next(numbering)}"
 
 
 def sym_inputs(tag: str) -> SymInputs:

@@ -104,7 +104,7 @@ def run_property(p: Property, budget: Budget = DEFAULT_BUDGET) -> PropertyResult
     note = ""
     outcomes: list[Outcome] = []
     try:
-        obligations = p.build()
+        obligations = p.obligations()
         for ob in obligations:
             outcomes.append(discharge(ob, budget))
     except Exception as exc:  # a broken reference (or mutant) must not crash the whole run

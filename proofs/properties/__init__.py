@@ -59,6 +59,12 @@ class Property:
     build: Callable[[], list[Obligation]]
     summary: str = ""
 
+    def obligations(self) -> list[Obligation]:
+        """The obligations, built in their own `model.name_scope`: their Z3 names, and so the
+        solver's work on them, are the same whatever was built before in the process."""
+        with md.name_scope():
+            return self.build()
+
 
 # -- the registry -----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -222,3 +223,36 @@ def test_prove_exits_non_zero_when_an_expected_refutation_is_proved() -> None:
 def test_prove_only_unknown_name_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["prove", "--only", "no-such-property"])
     assert result.exit_code == 2
+
+
+def test_an_obligation_is_the_same_whatever_was_built_before(tmp_path: Path) -> None:
+    """Each property is built in its own name scope and Z3 context, so the SMT-LIB the solver
+    gets for an obligation (names, term order, recursive functions) is byte-identical whether
+    the property is built first or after others, under a mutant or not: its solver work, and
+    so its run time, does not depend on the test order."""
+    from spectally.proofs.runner import every_property, select
+    from spectally.proofs.smt import property_smtlib, write
+
+    wanted = ("step:INV-5", "trace:INV-8", "shape:chain-step", "story:sync-async")
+    first = {f"{p.name}.{p.mode}": property_smtlib(p) for p in select(wanted)}
+    mutant = next(m for m in MUTANTS if m.name == "position-increment-le")
+    with patched(mutant):  # a mutant defines other recursive functions under the same names
+        write(tmp_path, select(["step:INV-5", "trace:INV-5"]))
+    for p in every_property():
+        p.obligations()
+    again = {f"{p.name}.{p.mode}": property_smtlib(p) for p in select(wanted)}
+    assert len(first) == 6 and all(first.values())
+    assert again == first
+
+
+def test_smt_dump_writes_one_file_per_obligation(tmp_path: Path) -> None:
+    from spectally.proofs.smt import main as smt_main
+
+    assert smt_main([str(tmp_path), "--only", "merge:monoid"]) == 0
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files and files[0] == "merge-monoid.both.00.smt2"
+    text = (tmp_path / files[0]).read_text(encoding="utf-8")
+    assert "(check-sat)" in text and "merge#0." in text
+    with pytest.raises(SystemExit) as exc:
+        smt_main([str(tmp_path), "--only", "no-such-property"])
+    assert exc.value.code == 2
