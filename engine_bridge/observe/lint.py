@@ -47,6 +47,7 @@ from ..steplog.limits import MAX_DEPTH
 from ..steplog.records import BadInput
 from ..steplog.source import line_col, read_text, too_deep
 from . import families as fam
+from .rules import duration_error
 from .schemes import (
     ACCEPTED_NAMES,
     GAUGES,
@@ -134,7 +135,7 @@ def queries(path: str) -> list[Query]:
         if isinstance(doc, dict) and isinstance(doc.get("dashboard"), dict):
             doc = doc["dashboard"]
         if isinstance(doc, dict) and isinstance(doc.get("panels"), list):
-            return list(_panel_queries(doc["panels"]))
+            return list(_panel_queries(path, doc["panels"]))
         if not (isinstance(doc, dict) and "groups" in doc):
             raise BadInput(
                 path, 1, 1, "neither a Grafana dashboard (no panels) nor rules (no groups)"
@@ -142,17 +143,31 @@ def queries(path: str) -> list[Query]:
     return _rule_queries(path, text)
 
 
-def _panel_queries(panels: list[Any], row: str = "") -> Iterator[Query]:
-    for panel in panels:
+def _panel_queries(path: str, panels: list[Any], row: str = "") -> Iterator[Query]:
+    """Every query of ``panels`` (a collapsed row's own panels included); `BadInput` for a
+    panel, a target list or a query of a shape Grafana does not save, which would otherwise
+    pass unread. A target without an expression (another data source's, or an empty new
+    query) has nothing to check."""
+    inside = f" (row '{row}')" if row else ""
+    for n, panel in enumerate(panels, start=1):
         if not isinstance(panel, dict):
-            continue
+            raise BadInput(path, 1, 1, f"panel {n}{inside} is not an object")
         title = str(panel.get("title", "")) or f"id {panel.get('id')}"
-        yield from _panel_queries(panel.get("panels") or [], title)  # a collapsed row
-        for i, target in enumerate(panel.get("targets") or []):
-            if isinstance(target, dict) and isinstance(target.get("expr"), str) and target["expr"]:
-                ref = target.get("refId") or chr(ord("A") + i)
-                inside = f" (row '{row}')" if row else ""
-                yield Query(f"panel '{title}'{inside} query {ref}", None, target["expr"])
+        nested, targets = panel.get("panels") or [], panel.get("targets") or []
+        for key, value in (("panels", nested), ("targets", targets)):
+            if not isinstance(value, list):
+                raise BadInput(path, 1, 1, f"panel '{title}'{inside}: {key} is not a list")
+        yield from _panel_queries(path, nested, title)  # a collapsed row
+        for i, target in enumerate(targets):
+            ref = (target.get("refId") if isinstance(target, dict) else None) or chr(ord("A") + i)
+            where = f"panel '{title}'{inside} query {ref}"
+            if not isinstance(target, dict):
+                raise BadInput(path, 1, 1, f"{where} is not an object")
+            expr = target.get("expr")
+            if expr is not None and not isinstance(expr, str):
+                raise BadInput(path, 1, 1, f"{where}: expr is not text")
+            if expr:
+                yield Query(where, None, expr)
 
 
 # YAML read before composing, one event at a time: nesting (PyYAML composes recursively) and
@@ -186,22 +201,108 @@ def _not_yaml(path: str, exc: yaml.YAMLError) -> BadInput:
     return BadInput(path, line, col, f"not YAML: {getattr(exc, 'problem', exc)}")
 
 
-def _duplicate_key(path: str, node: yaml.Node) -> None:
-    """`BadInput` for a rule that names one key twice (YAML's "last key wins" would hide the
-    first ``expr:``; Prometheus's loader refuses it too)."""
+# Prometheus's rule file as its loader reads it (model/rulefmt, unknown keys refused): each
+# key of a group and of a rule, and the shape of its value. lint refuses what the loader
+# refuses where it would otherwise pass a file unread: a misspelt key (``exp:`` holds no
+# expression), a value of the wrong shape, a rule without its expression.
+GROUP_KEYS = {
+    "name": "text",
+    "interval": "duration",
+    "query_offset": "duration",
+    "limit": "integer",
+    "rules": "list",
+    "labels": "labels",
+}
+RULE_KEYS = {
+    "record": "text",
+    "alert": "text",
+    "expr": "text",
+    "for": "duration",
+    "keep_firing_for": "duration",
+    "labels": "labels",
+    "annotations": "labels",
+}
+ALERT_ONLY = ("for", "keep_firing_for", "annotations")  # refused in a recording rule
+_NULL = "tag:yaml.org,2002:null"
+
+
+def _at(path: str, node: yaml.Node, why: str) -> BadInput:
+    return BadInput(path, node.start_mark.line + 1, node.start_mark.column + 1, why)
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == _NULL
+
+
+def _shape_error(node: yaml.Node, shape: str) -> str | None:
+    """Why ``node`` is not of ``shape`` (a value of `GROUP_KEYS` / `RULE_KEYS`); None if it is."""
+    if shape in ("list", "labels", "duration") and _is_null(node):
+        return None  # the loader reads an empty value as none
+    if shape == "list":
+        return None if isinstance(node, yaml.SequenceNode) else "is not a list"
+    if shape == "labels":
+        if not isinstance(node, yaml.MappingNode):
+            return "is not a mapping of names to values"
+        for k, v in node.value:
+            if not (isinstance(k, yaml.ScalarNode) and isinstance(v, yaml.ScalarNode)):
+                return "maps a name to something other than one value"
+        return None
+    if not isinstance(node, yaml.ScalarNode):
+        return "is not one value"
+    if shape == "duration":
+        return duration_error(str(node.value))
+    if shape == "integer" and re.fullmatch(r"[+-]?\d{1,18}", str(node.value)) is None:
+        return "is not an integer"
+    return None
+
+
+def _fields(path: str, node: yaml.Node, keys: dict[str, str], what: str) -> dict[str, yaml.Node]:
+    """The fields of a group or a rule (``node``), each known to the loader, named once and of
+    its shape; `BadInput` at the first that is not."""
     if not isinstance(node, yaml.MappingNode):
-        return
-    seen: set[str] = set()
-    for k, _ in node.value:
-        if isinstance(k, yaml.ScalarNode):
-            if k.value in seen:
-                raise BadInput(
-                    path,
-                    k.start_mark.line + 1,
-                    k.start_mark.column + 1,
-                    f"key {k.value!r} appears twice in one rule",
-                )
-            seen.add(k.value)
+        raise _at(path, node, f"{what} is not a mapping")
+    fields: dict[str, yaml.Node] = {}
+    for k, v in node.value:
+        key = str(k.value) if isinstance(k, yaml.ScalarNode) else None
+        if key is None or key not in keys:
+            known = ", ".join(keys)
+            raise _at(path, k, f"{what}: unknown key {key or '?'!r} (Prometheus reads {known})")
+        if key in fields:  # YAML's "last key wins" would hide the first (a second expr:)
+            raise _at(path, k, f"{what}: key {key!r} appears twice")
+        why = _shape_error(v, keys[key])
+        if why is not None:
+            raise _at(path, v, f"{what}: {key} {why}")
+        fields[key] = v
+    return fields
+
+
+def _text(fields: dict[str, yaml.Node], key: str) -> str:
+    node = fields.get(key)
+    return "" if node is None or _is_null(node) else str(node.value)
+
+
+def _rule_query(path: str, rule: yaml.Node, number: int, group: str) -> Query | None:
+    """One rule's expression, its structure checked as the loader checks it; None for an empty
+    list item (the loader skips it too)."""
+    if _is_null(rule):
+        return None
+    fields = _fields(path, rule, RULE_KEYS, f"group '{group}', rule {number}")
+    record, alert = _text(fields, "record"), _text(fields, "alert")
+    where = f"group '{group}', rule {number} ('{record or alert}')"
+    if bool(record) == bool(alert):
+        raise _at(path, rule, f"{where}: one of 'record' and 'alert' must be set, not both")
+    expr = fields.get("expr")
+    if expr is None or not _text(fields, "expr"):
+        raise _at(path, rule, f"{where}: 'expr' must be set")
+    for key in ALERT_ONLY if record else ():
+        if key in fields:
+            raise _at(path, fields[key], f"{where}: '{key}' belongs to alerts, not recording rules")
+    kind = "rule" if record else "alert"
+    return Query(
+        f"{kind} '{record or alert}' (group '{group}')",
+        expr.start_mark.line + 1,
+        _text(fields, "expr"),
+    )
 
 
 def _rule_queries(path: str, text: str) -> list[Query]:
@@ -214,14 +315,27 @@ def _rule_queries(path: str, text: str) -> list[Query]:
         raise BadInput(path, line, col, f"not YAML: {getattr(exc, 'problem', exc)}") from None
     # A bare rules file, or prometheus-operator's PrometheusRule (the groups under spec).
     groups = _get(root, "groups") or _get(_get(root, "spec"), "groups")
-    if not isinstance(groups, yaml.SequenceNode):
+    if groups is None or _is_null(groups):
         raise BadInput(path, 1, 1, "neither a Grafana dashboard (no panels) nor rules (no groups)")
+    if not isinstance(groups, yaml.SequenceNode):
+        raise _at(path, groups, "groups is not a list")
     out: list[Query] = []
     seen = 0
-    for group in groups.value:
-        gname = _scalar(_get(group, "name")) or "?"
-        rules = _get(group, "rules")
-        for rule in rules.value if isinstance(rules, yaml.SequenceNode) else []:
+    names: set[str] = set()
+    for n, group in enumerate(groups.value, start=1):
+        said = _get(group, "name")
+        label = f"group {n}" + (f" ('{said.value}')" if isinstance(said, yaml.ScalarNode) else "")
+        fields = _fields(path, group, GROUP_KEYS, label)
+        name = _text(fields, "name")
+        if not name:
+            raise _at(path, group, f"{label}: no name (Prometheus requires one)")
+        if name in names:
+            raise _at(path, group, f"group name {name!r} appears twice")
+        names.add(name)
+        rules = fields.get("rules")
+        for number, rule in enumerate(
+            rules.value if rules is not None and not _is_null(rules) else [], 1
+        ):
             seen += 1
             if seen > MAX_RULES:
                 raise BadInput(
@@ -231,13 +345,9 @@ def _rule_queries(path: str, text: str) -> list[Query]:
                     f"more than {MAX_RULES} rules (YAML aliases expand to each use):"
                     " refused as no rules file a Prometheus runs",
                 )
-            _duplicate_key(path, rule)
-            expr = _get(rule, "expr")
-            name = _scalar(_get(rule, "record")) or _scalar(_get(rule, "alert")) or "?"
-            kind = "rule" if _get(rule, "record") is not None else "alert"
-            if isinstance(expr, yaml.ScalarNode):
-                line = expr.start_mark.line + 1
-                out.append(Query(f"{kind} '{name}' (group '{gname}')", line, str(expr.value)))
+            query = _rule_query(path, rule, number, name)
+            if query is not None:
+                out.append(query)
     return out
 
 
@@ -247,10 +357,6 @@ def _get(node: yaml.Node | None, key: str) -> yaml.Node | None:
             if isinstance(k, yaml.ScalarNode) and k.value == key:
                 return v  # type: ignore[no-any-return]
     return None
-
-
-def _scalar(node: yaml.Node | None) -> str | None:
-    return str(node.value) if isinstance(node, yaml.ScalarNode) else None
 
 
 # -- Grafana variables -------------------------------------------------------------------------

@@ -67,21 +67,35 @@ _UNIT_MS = (365 * 86400_000, 7 * 86400_000, 86400_000, 3600_000, 60_000, 1000, 1
 _MAX_DURATION_NS = 2**63 - 1
 
 
-def window_error(window: str) -> str | None:
-    """Why ``window`` is no range a rate() takes in Prometheus (None when it is one): the
-    duration grammar, within 64-bit nanoseconds, and above zero."""
-    m = _DURATION.fullmatch(window) if len(window) <= 64 else None
-    if not window or m is None:
+def _duration_ms(text: str) -> int | None:
+    """``text`` in milliseconds, None when it is not in the duration grammar."""
+    m = _DURATION.fullmatch(text) if 0 < len(text) <= 64 else None
+    if m is None:
+        return None
+    return sum(int(g) * unit for g, unit in zip(m.groups(), _UNIT_MS, strict=True) if g)
+
+
+def duration_error(text: str) -> str | None:
+    """Why ``text`` is no duration Prometheus reads (None when it is one, zero included): the
+    grammar, within 64-bit nanoseconds."""
+    total_ms = _duration_ms(text)
+    if total_ms is None:
         return (
-            f"{window!r} is not a Prometheus duration (e.g. 30s, 5m, 1h30m: units y w d h m s ms,"
+            f"{text!r} is not a Prometheus duration (e.g. 30s, 5m, 1h30m: units y w d h m s ms,"
             " largest first, each once)"
         )
-    total_ms = sum(int(g) * unit for g, unit in zip(m.groups(), _UNIT_MS, strict=True) if g)
     if total_ms * 1_000_000 > _MAX_DURATION_NS:
-        return f"{window!r} is beyond Prometheus's longest duration (about 292 years)"
-    if total_ms == 0:
-        return f"{window!r} is zero: a rate() window must be positive"
+        return f"{text!r} is beyond Prometheus's longest duration (about 292 years)"
     return None
+
+
+def window_error(window: str) -> str | None:
+    """Why ``window`` is no range a rate() takes in Prometheus (None when it is one): a
+    duration (`duration_error`) above zero."""
+    why = duration_error(window)
+    if why is None and _duration_ms(window) == 0:
+        return f"{window!r} is zero: a rate() window must be positive"
+    return why
 
 
 def record_name(level: str, quantity: str, scheme: str, window: str) -> str:

@@ -220,7 +220,7 @@ def test_lint_yaml_aliases_expanding_to_millions_is_exit_2(tmp_path: Path) -> No
         + ",".join(["*a"] * 3000)
         + "]\n"
         + "groups: ["
-        + ",".join(["{name: g, rules: *r}"] * 1500)
+        + ",".join(f"{{name: g{n}, rules: *r}}" for n in range(1500))
         + "]\n"
     )
     path = tmp_path / "laughs.yml"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rule_files import MISSHAPEN_RULES, NEWER_FIELDS, RULE, WELL_SHAPED_RULES
 from spectally.cli import main
 from spectally.engine_bridge.observe import dashboard, lint, rules
 from spectally.engine_bridge.steplog.records import BadInput
@@ -253,3 +254,63 @@ def test_the_ray_dashboard_reads_ray_names_and_lints_clean(tmp_path: Path) -> No
     backport = dashboard.render(ray=True)
     assert "ray_vllm_spec_decode_num_draft_tokens_total" in backport
     assert "spectally:spec_decode_num_drafted_tokens_total" in backport
+
+
+# -- the structure of a rules file, as Prometheus's loader reads it ----------------------------
+
+
+@pytest.mark.parametrize("case", MISSHAPEN_RULES)
+def test_a_rules_file_of_the_wrong_shape_is_refused_where_it_goes_wrong(
+    tmp_path: Path, case: str
+) -> None:
+    text, at, words = MISSHAPEN_RULES[case]
+    path = tmp_path / "r.yml"
+    path.write_text(text)
+    with pytest.raises(BadInput, match=words) as caught:
+        lint.lint_file(str(path))
+    assert f"{caught.value.line}:{caught.value.column}" == at
+
+
+@pytest.mark.parametrize("case", [*WELL_SHAPED_RULES, "newer-fields"])
+def test_a_rules_file_the_loader_reads_is_linted(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "r.yml"
+    path.write_text(WELL_SHAPED_RULES.get(case, NEWER_FIELDS))
+    assert lint.lint_file(str(path)) == []
+
+
+def test_a_misspelt_key_no_longer_hides_a_mistake(tmp_path: Path) -> None:
+    """The mistake below the typo is what a clean verdict would have hidden."""
+    path = tmp_path / "r.yml"
+    path.write_text(RULE + "    exp: rate(sglang:spec_accept_rate[5m])\n")
+    result = CliRunner().invoke(main, ["lint", str(path)])
+    assert result.exit_code == 2 and "r.yml:6:5" in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "panels, words",
+    [
+        (["x"], "panel 1 is not an object"),
+        ([{"title": "t", "targets": {"expr": "up"}}], "panel 't': targets is not a list"),
+        ([{"title": "t", "panels": "x"}], "panel 't': panels is not a list"),
+        ([{"title": "t", "targets": ["up"]}], "panel 't' query A is not an object"),
+        ([{"title": "t", "targets": [{"refId": "B", "expr": ["up"]}]}], "query B: expr is not"),
+        ([{"title": "t", "targets": [{"expr": 5}]}], "panel 't' query A: expr is not text"),
+        ([{"title": "r", "panels": [{"title": "t", "targets": [{"expr": 5}]}]}], "(row 'r')"),
+    ],
+)
+def test_a_dashboard_of_the_wrong_shape_is_refused(
+    tmp_path: Path, panels: list[object], words: str
+) -> None:
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"panels": panels}))
+    with pytest.raises(BadInput) as caught:
+        lint.lint_file(str(path))
+    assert words in caught.value.reason
+
+
+def test_targets_without_a_query_are_skipped(tmp_path: Path) -> None:
+    """Another data source's target, an empty new query, a panel without targets."""
+    path = tmp_path / "d.json"
+    targets = [{"refId": "A"}, {"expr": ""}, {"expr": None}, {"expr": "up"}]
+    path.write_text(json.dumps({"panels": [{"title": "t", "targets": targets}, {"title": "u"}]}))
+    assert [q.where for q in lint.queries(str(path))] == ["panel 't' query D"]

@@ -14,6 +14,7 @@ import promql_parser
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from rule_files import MISSHAPEN_RULES, WELL_SHAPED_RULES
 from spectally.engine_bridge.observe import promtest, rules
 from spectally.engine_bridge.observe.schemes import FORMER_NAMES, SCHEMES
 from spectally.engine_bridge.observe.timeline import replay_timeline
@@ -269,3 +270,17 @@ def test_cli_writes_family_rules_and_refuses_their_replay(tmp_path: Path) -> Non
         ["rules", "--out", str(tmp_path), "--scheme", "ray-vllm", "--tests-from", SERVE_LOGS[0]],
     )
     assert res.exit_code == 2 and "vllm, rfc and backport" in res.output
+
+
+@pytest.mark.promtool
+def test_lint_reads_rule_files_as_promtool_does(tmp_path: Path) -> None:
+    """Every file of the wrong shape that lint refuses, promtool refuses; every file of the
+    right shape lint reads, promtool loads (the fields of later Prometheus versions aside:
+    promtool 2.42 refuses query_offset and group labels)."""
+    promtool = _promtool()
+    cases = {k: (v[0], 1) for k, v in MISSHAPEN_RULES.items()}
+    cases.update({k: (v, 0) for k, v in WELL_SHAPED_RULES.items()})
+    for case, (text, lint_exit) in cases.items():
+        (tmp_path / "r.yml").write_text(text)
+        res = _run([promtool, "check", "rules", "r.yml"], tmp_path)
+        assert (res.returncode != 0) == bool(lint_exit), (case, res.stdout + res.stderr)
