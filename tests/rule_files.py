@@ -54,3 +54,9 @@ WELL_SHAPED_RULES = {
     "group-fields": RULE.replace("- name: g\n", "- name: g\n  interval: 1m\n  limit: 10\n"),
 }
 NEWER_FIELDS = RULE.replace("- name: g\n", "- name: g\n  query_offset: 1m\n  labels: {a: b}\n")
+# Group fields of other rulers (Thanos, Mimir, Loki), which promtool refuses and lint reads.
+OTHER_RULERS = RULE.replace(
+    "- name: g\n",
+    "- name: g\n  partial_response_strategy: warn\n  source_tenants: [a, b]\n"
+    "  evaluation_delay: 1m\n  align_evaluation_time_on_interval: true\n",
+)

@@ -212,6 +212,12 @@ GROUP_KEYS = {
     "limit": "integer",
     "rules": "list",
     "labels": "labels",
+    # Other rulers' group fields, which hold no expression: Thanos (and prometheus-operator's
+    # PrometheusRule), then Mimir and Loki.
+    "partial_response_strategy": "text",
+    "source_tenants": "list",
+    "evaluation_delay": "duration",
+    "align_evaluation_time_on_interval": "text",
 }
 RULE_KEYS = {
     "record": "text",

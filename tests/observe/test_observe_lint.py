@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from rule_files import MISSHAPEN_RULES, NEWER_FIELDS, RULE, WELL_SHAPED_RULES
+from rule_files import MISSHAPEN_RULES, NEWER_FIELDS, OTHER_RULERS, RULE, WELL_SHAPED_RULES
 from spectally.cli import main
 from spectally.engine_bridge.observe import dashboard, lint, rules
 from spectally.engine_bridge.steplog.records import BadInput
@@ -271,10 +271,11 @@ def test_a_rules_file_of_the_wrong_shape_is_refused_where_it_goes_wrong(
     assert f"{caught.value.line}:{caught.value.column}" == at
 
 
-@pytest.mark.parametrize("case", [*WELL_SHAPED_RULES, "newer-fields"])
+@pytest.mark.parametrize("case", [*WELL_SHAPED_RULES, "newer-fields", "other-rulers"])
 def test_a_rules_file_the_loader_reads_is_linted(tmp_path: Path, case: str) -> None:
     path = tmp_path / "r.yml"
-    path.write_text(WELL_SHAPED_RULES.get(case, NEWER_FIELDS))
+    extra = {"newer-fields": NEWER_FIELDS, "other-rulers": OTHER_RULERS}
+    path.write_text(WELL_SHAPED_RULES.get(case) or extra[case])
     assert lint.lint_file(str(path)) == []
 
 
