@@ -272,7 +272,7 @@ def _fields(path: str, node: yaml.Node, keys: dict[str, str], what: str) -> dict
         key = str(k.value) if isinstance(k, yaml.ScalarNode) else None
         if key is None or key not in keys:
             known = ", ".join(keys)
-            raise _at(path, k, f"{what}: unknown key {key or '?'!r} (Prometheus reads {known})")
+            raise _at(path, k, f"{what}: unknown key {key or '?'!r} (known keys: {known})")
         if key in fields:  # YAML's "last key wins" would hide the first (a second expr:)
             raise _at(path, k, f"{what}: key {key!r} appears twice")
         why = _shape_error(v, keys[key])
