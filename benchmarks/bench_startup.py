@@ -4,6 +4,7 @@
     python benchmarks/bench_startup.py --records 20000 --rounds 3
     python benchmarks/bench_startup.py --kind preempted      # the realistic async log
     python benchmarks/bench_startup.py --python /tmp/old/.venv/bin/python --python .venv/bin/python
+    python benchmarks/bench_startup.py --instructions        # the fixed cost, load-independent
 
 Every figure is a fresh process, its CPU time (user + system, from
 ``resource.getrusage(RUSAGE_CHILDREN)``: less sensitive than wall time to a shared machine's
@@ -39,6 +40,12 @@ in the same rounds, one column each. The cases without spectally (``python -c pa
 The ratios are the figures (no timed assertion): each command against ``python -c pass``, and
 ``json.loads`` over a log against ``spectally replay`` of it (above 1: the replay, start-up
 included, is faster than merely parsing the log with the standard library).
+
+``--instructions`` measures the fixed cost instead in instructions, which do not move with the
+machine's load: ``python -c pass``, ``import numpy, msgspec`` and the columnar checker's import,
+each once under valgrind's callgrind (its ``Collected`` count; about 30 s in all). Instruction
+counts leave out the kernel's work and the memory's stalls, so they compare imports (work of the
+interpreter), not a replay over arrays.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -94,6 +102,40 @@ def cpu_seconds(args: list[str], env: dict[str, str]) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+IMPORTS = {  # the fixed cost's layers, as --instructions measures them
+    "python -c pass": "pass",
+    "import numpy, msgspec": "import numpy, msgspec",
+    "import the columnar checker": "import spectally.engine_bridge.replay.columnar",
+}
+
+
+def instructions(python: str, code: str) -> int:
+    """The instructions one fresh process running ``code`` executes (callgrind's count)."""
+    res = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=FLOOR_ENV,
+    )
+    counts = [line.split()[-1] for line in res.stderr.splitlines() if "Collected :" in line]
+    if not counts:
+        raise SystemExit(f"no instruction count from valgrind:\n{res.stderr[-2000:]}")
+    return int(counts[-1])
+
+
+def main_instructions(pythons: list[str]) -> None:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install -y valgrind)")
+    head = "".join(f" {f'M instr. [{i + 1}]':>15}" for i in range(len(pythons)))
+    print(f"{'process':<36}{head}")
+    for name, code in IMPORTS.items():
+        row = "".join(f" {instructions(py, code) / 1e6:>15,.0f}" for py in pythons)
+        print(f"{name:<36}{row}")
+    for i, python in enumerate(pythons):
+        print(f"[{i + 1}] {python}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -112,10 +154,18 @@ def main() -> None:
         metavar="PATH",
         help="an interpreter whose spectally to measure (repeatable; default: this one)",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="the fixed cost in instructions (valgrind's callgrind), not CPU seconds",
+    )
     args = parser.parse_args()
     pythons: list[str] = args.python or [sys.executable]
     for py in pythons:
         subprocess.run([py, "-c", COMPILE], check=True)
+    if args.instructions:
+        main_instructions(pythons)
+        return
     py = pythons[0]
     fd, big = tempfile.mkstemp(prefix="spectally-bench-startup-", suffix=".ndjson")
     with os.fdopen(fd, "wb") as out:
