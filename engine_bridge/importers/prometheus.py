@@ -17,8 +17,10 @@ replica. Both spellings are read as the vLLM names; each replica is its own labe
 
 A file holds one or many scrapes; a scrape starts again where a ``# HELP`` or ``# TYPE`` line
 repeats a metric already seen in the current scrape (what concatenated ``curl /metrics`` output
-looks like). Samples are parsed with ``prometheus_client.parser.text_string_to_metric_families``
-line by line, so each value keeps its line number.
+looks like), or after OpenMetrics' ``# EOF``. A series twice in one scrape is bad input naming
+both lines (one value would hide the other; Prometheus refuses such a scrape). Samples are
+parsed with ``prometheus_client.parser.text_string_to_metric_families`` line by line, so each
+value keeps its line number.
 
 Checks, per scrape and label set (the granularity these counters have): accepted <= drafted
 (with the verified counter: drafted >= verified >= accepted),
@@ -148,11 +150,17 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
     """Append the scrapes of one file's ``lines``; whether it had any spec-decode sample."""
     current: Scrape | None = None
     seen_meta: set[tuple[str, str]] = set()
+    # the current scrape's series, each with its first line: a second is refused
+    seen: dict[tuple[str, Labels], int] = {}
     types: dict[str, str] = {}
     found = False
     for lineno, raw in lines:
         line = raw.strip()
         if not line:
+            continue
+        if line == "# EOF":  # OpenMetrics: the end of one exposition
+            current = None
+            seen_meta = set()
             continue
         if line.startswith("#"):
             parts = line.split(None, 3)
@@ -168,14 +176,36 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
         if current is None:
             current = Scrape(path, lineno, len(scrapes), types=types)
             scrapes.append(current)
+            seen = {}
         if not line.startswith(PREFIXES):
             continue
         for sample in samples_of_line(path, lineno, line):
             labels = dict(sample.labels)
             _check_sample(path, lineno, raw, sample.name, labels, sample.value)
+            _check_repeat(seen, path, lineno, sample.name, labels)
             _add_sample(current, sample.name, labels, sample.value, lineno)
             found = True
     return found
+
+
+def _check_repeat(
+    seen: dict[tuple[str, Labels], int], path: str, lineno: int, name: str, labels: dict[str, str]
+) -> None:
+    """Refuse a series the scrape already holds: one value would silently hide the other
+    (Prometheus refuses such a scrape too)."""
+    key = (canonical(name), tuple(sorted(labels.items())))
+    first = seen.setdefault(key, lineno)
+    if first != lineno:
+        shown = "{" + ",".join(f'{k}="{v}"' for k, v in key[1]) + "}"
+        raise BadInput(
+            path,
+            lineno,
+            1,
+            f"{name}{shown} appears twice in one scrape (first at line {first}): one value"
+            " would hide the other. Two scrapes pasted together without their # HELP / # TYPE"
+            " lines? Keep those lines (or end each scrape with # EOF): they mark where a scrape"
+            " starts",
+        )
 
 
 def samples_of_line(path: str, lineno: int, line: str) -> list[Sample]:

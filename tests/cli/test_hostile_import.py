@@ -1,0 +1,82 @@
+"""`spectally import ...` and `spectally explain` on inputs an attacker or a hurried operator
+gives them: each is exit 2 naming file:line (or recognised, for explain), never a verdict
+reached on values the command did not really read.
+
+The inputs are the repository's real captures (tests/fixtures), changed by one line where a
+case needs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+from spectally.cli import main
+from spectally.exit_codes import ExitCode
+
+FIX = Path(__file__).parent.parent / "fixtures"
+SCRAPE = FIX / "vllm/serve-draft-noise05-k3-so-json.prom"
+
+
+def one_scrape() -> str:
+    """The first of the fixture's two scrapes (the second starts where its first line repeats)."""
+    lines = SCRAPE.read_text().splitlines(keepends=True)
+    return "".join(lines[: lines.index(lines[0], 1)])
+
+
+def spectally(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, list(args))
+    return res.exit_code, res.output
+
+
+def _series_line(text: str, name: str) -> tuple[int, str]:
+    """(1-based line, text) of the first sample of ``name`` in a scrape."""
+    for no, line in enumerate(text.splitlines(), start=1):
+        if line.startswith(name):
+            return no, line
+    raise AssertionError(f"no {name} sample")
+
+
+def test_prometheus_series_twice_in_one_scrape(tmp_path: Path) -> None:
+    """A series twice in one scrape (two scrapes pasted without their # HELP / # TYPE lines)
+    is refused at the second: the last value silently won before."""
+    text = one_scrape()
+    first, line = _series_line(text, "vllm:spec_decode_num_accepted_tokens_total")
+    scrape = tmp_path / "twice.prom"
+    scrape.write_text(text + line.rsplit(" ", 1)[0] + " 1.0\n")
+    code, out = spectally("import", "prometheus", str(scrape))
+    last = len(text.splitlines()) + 1
+    assert code == ExitCode.BAD_INPUT, out
+    assert f"{scrape}:{last}:1: vllm:spec_decode_num_accepted_tokens_total{{" in out
+    assert f"appears twice in one scrape (first at line {first})" in out
+
+
+def test_openmetrics_eof_ends_a_scrape(tmp_path: Path) -> None:
+    """OpenMetrics' `# EOF` ends one exposition: the samples after it (here without # HELP /
+    # TYPE lines) are the next scrape, checked against the first, not repeats in one."""
+    text = one_scrape()
+    samples = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+    scrape = tmp_path / "two.prom"
+    scrape.write_text(text + "# EOF\n" + samples + "# EOF\n")
+    code, out = spectally("import", "prometheus", str(scrape))
+    assert code == ExitCode.OK, out
+    assert "scrapes 1→2" in out and "+0 drafts" in out
+    assert "counter totals: scrape 2, 1 label sets" in out
+
+
+def test_logs_metrics_series_twice(tmp_path: Path) -> None:
+    """`import logs --metrics` reads the scrape through the same reader: the same refusal."""
+    text = one_scrape()
+    _, line = _series_line(text, "vllm:spec_decode_num_draft_tokens_total")
+    scrape = tmp_path / "twice.prom"
+    scrape.write_text(text + line + "\n")
+    log = FIX / "vllm/serve-draft-noise05-k3-so-json.log"
+    code, out = spectally("import", "logs", str(log), "--metrics", str(scrape))
+    assert code == ExitCode.BAD_INPUT, out
+    assert f"{scrape}:{len(text.splitlines()) + 1}:1:" in out and "appears twice" in out
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copyfile(src, dst)
+    return dst
