@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from spectally.cli import main
 from spectally.exit_codes import ExitCode
@@ -80,3 +81,40 @@ def test_logs_metrics_series_twice(tmp_path: Path) -> None:
 def copy(src: Path, dst: Path) -> Path:
     shutil.copyfile(src, dst)
     return dst
+
+
+LOG = FIX / "vllm/serve-draft-noise05-k3-so-json.log"
+REQUESTS = FIX / "vllm/serve-draft-noise05-k3-so-json.requests.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("command", "path", "what"),
+    [
+        ("prometheus", SCRAPE, "SCRAPE"),
+        ("logs", LOG, "LOG"),
+        ("requests", REQUESTS, "JSON"),
+        ("sglang", LOG, "FILE"),
+    ],
+)
+def test_one_file_named_twice(tmp_path: Path, command: str, path: Path, what: str) -> None:
+    """The same file twice (here once through a symlink) was read twice: doubled sums
+    reconciled against a scrape, or a scrape compared with itself (+0, ok)."""
+    link = tmp_path / f"link{path.suffix}"
+    link.symlink_to(path)
+    code, out = spectally("import", command, str(path), str(link))
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{link}:1:1: {what} 2 is the same file as {what} 1 ({str(path)!r})")
+
+
+def test_llamacpp_metrics_before_is_after(tmp_path: Path) -> None:
+    """One scrape as --metrics-before and --metrics-after made totals of 0 beside the log's
+    verification steps, written with exit 0."""
+    run = FIX / "llamacpp/noise05"
+    after = f"{run}.metrics.after"
+    code, out = spectally(
+        "import", "llamacpp", f"{run}.server.log", "--out", str(tmp_path / "steps.ndjson"),
+        "--metrics-before", after, "--metrics-after", after,
+    )  # fmt: skip
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{after}:1:1: --metrics-after is the same file as --metrics-before")
+    assert not (tmp_path / "steps.ndjson").exists()
