@@ -14,9 +14,10 @@ none), ``num_spec_tokens``; ``detailed`` adds ``per_step_accepted`` / ``per_step
 which are replayed one legacy block per entry (`replay_steps`: through a reference engine of
 the request's own; `spectally import requests` runs replay/detailed.py, the same rules over
 columns with this as its fallback), and whose per-request legacy counters must equal the
-summary fields. Σ over requests reconciles with the Prometheus
-totals (num_spec_steps ↔ num_drafts, num_draft_tokens, num_accepted_draft_tokens ↔
-num_accepted_tokens, histogram tails ↔ per-position accepted).
+summary fields. A request twice in one file (its id and its metrics the same: a dump appended
+to itself) is bad input; two requests that share only an id are two. Σ over requests reconciles
+with the Prometheus totals (num_spec_steps ↔ num_drafts, num_draft_tokens,
+num_accepted_draft_tokens ↔ num_accepted_tokens, histogram tails ↔ per-position accepted).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class RequestMetrics:
     line: int
     request: str
     metrics: dict[str, Any]
+    named: bool = True  # the record names its request (else ``request`` is "line N")
 
 
 def _values(path: str, text: str) -> list[tuple[int, Any]]:
@@ -134,17 +136,42 @@ def extract(path: str, line: int, value: Any) -> list[RequestMetrics]:
             m = completion.get("spec_decode_metrics") if isinstance(completion, dict) else None
             if m is not None:
                 name = rid if len(value["outputs"]) == 1 else f"{rid}[{j}]"
-                out.append(RequestMetrics(path, line, name, m))
+                out.append(RequestMetrics(path, line, name, m, "request_id" in value))
         return out
     metrics = value.get("metrics")
     if isinstance(metrics, dict) and "speculative_decoding" in metrics:
         m = metrics["speculative_decoding"]
         if m is not None:
-            out.append(RequestMetrics(path, line, str(value.get("id", f"line {line}")), m))
+            rid = str(value.get("id", f"line {line}"))
+            out.append(RequestMetrics(path, line, rid, m, "id" in value))
         return out
     if "num_spec_steps" in value:
-        out.append(RequestMetrics(path, line, str(value.get("request_id", f"line {line}")), value))
+        rid = str(value.get("request_id", f"line {line}"))
+        out.append(RequestMetrics(path, line, rid, value, "request_id" in value))
     return out
+
+
+def _refuse_repeated_ids(found: list[RequestMetrics]) -> None:
+    """`BadInput` at the second of two requests of one file with the same id and the same
+    metrics: one request twice (a dump appended to itself) would enter every sum twice. Two
+    requests that share an id but not their metrics (a client reusing its own request ids)
+    are two requests."""
+    seen: dict[str, list[RequestMetrics]] = {}
+    for r in found:
+        if not r.named:
+            continue
+        same = seen.setdefault(r.request, [])
+        twin = next((o for o in same if o.metrics == r.metrics), None)  # compared on an id clash
+        if twin is not None:
+            raise BadInput(
+                r.path,
+                r.line,
+                1,
+                f"request {r.request!r} appears twice in this file, the same metrics both times"
+                f" (first at line {twin.line}): counted twice, every sum would be off. A dump"
+                " appended to itself? Keep one copy",
+            )
+        same.append(r)
 
 
 def read_requests(paths: list[str]) -> list[RequestMetrics]:
@@ -157,6 +184,7 @@ def read_requests(paths: list[str]) -> list[RequestMetrics]:
         values = _values(path, read_text(path))
         for line, value in values:
             found.extend(extract(path, line, value))
+        _refuse_repeated_ids(found)
         if not found:
             first = values[0][1] if values else None
             hint = (

@@ -8,6 +8,7 @@ case needs it.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -118,3 +119,28 @@ def test_llamacpp_metrics_before_is_after(tmp_path: Path) -> None:
     assert code == ExitCode.BAD_INPUT, out
     assert out.startswith(f"{after}:1:1: --metrics-after is the same file as --metrics-before")
     assert not (tmp_path / "steps.ndjson").exists()
+
+
+def test_requests_dump_appended_to_itself(tmp_path: Path) -> None:
+    """A request twice in one file (the same id, the same metrics) entered every sum twice:
+    exit 0 alone, and against the scrape a 'violation' that was the copy's."""
+    first = REQUESTS.read_text().splitlines()[0]
+    dump = tmp_path / "twice.jsonl"
+    dump.write_text(REQUESTS.read_text() + first + "\n")
+    code, out = spectally("import", "requests", str(dump), "--metrics", str(SCRAPE))
+    last = len(REQUESTS.read_text().splitlines()) + 1
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{dump}:{last}:1: request 'cmpl-8043785f5e758f85' appears twice")
+    assert "(first at line 1)" in out
+
+
+def test_requests_reused_id_two_requests(tmp_path: Path) -> None:
+    """Two requests that share an id (a client's own ids, reused) but not their metrics are
+    two requests: checked, not refused."""
+    a, b = (json.loads(line) for line in REQUESTS.read_text().splitlines()[:2])
+    b["id"] = a["id"]
+    dump = tmp_path / "reused.jsonl"
+    dump.write_text(json.dumps(a) + "\n" + json.dumps(b) + "\n")
+    code, out = spectally("import", "requests", str(dump))
+    assert code == ExitCode.OK, out
+    assert out.count(f"OK request metrics consistent: {a['id']}:") == 2
