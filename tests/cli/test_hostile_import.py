@@ -144,3 +144,18 @@ def test_requests_reused_id_two_requests(tmp_path: Path) -> None:
     code, out = spectally("import", "requests", str(dump))
     assert code == ExitCode.OK, out
     assert out.count(f"OK request metrics consistent: {a['id']}:") == 2
+
+
+def test_llamacpp_log_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """A log saved by an editor with a UTF-8 byte-order mark hid its `version:` line: exit 2
+    asking for --engine-version. The mark is dropped as every reader drops it."""
+    run = FIX / "llamacpp/noise05"
+    log = tmp_path / "bom.server.log"
+    log.write_bytes(b"\xef\xbb\xbf" + Path(f"{run}.server.log").read_bytes())
+    code, out = spectally(
+        "import", "llamacpp", str(log), "--out", str(tmp_path / "steps.ndjson"),
+        "--metrics-before", f"{run}.metrics.before", "--metrics-after", f"{run}.metrics.after",
+    )  # fmt: skip
+    assert code == ExitCode.OK, out
+    header = json.loads((tmp_path / "steps.ndjson").read_text().splitlines()[0])
+    assert header["engine_version"] == "0.5.0-dev+0c1e570"
