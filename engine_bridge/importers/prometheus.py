@@ -22,17 +22,19 @@ both lines (one value would hide the other; Prometheus refuses such a scrape). S
 parsed with ``prometheus_client.parser.text_string_to_metric_families`` line by line, so each
 value keeps its line number.
 
-Checks, per scrape and label set (the granularity these counters have): accepted <= drafted
-(with the verified counter: drafted >= verified >= accepted),
-Σ per-position accepted == accepted, per-position non-increasing, per-position[0] <= num_drafts,
-accepted and drafted <= k · num_drafts; across consecutive scrapes: every counter is monotone
-and the same invariants hold for the interval deltas. A counter goes back only when its process
-restarts: a decrease with a new ``_created`` timestamp, or with no ``_created`` sample to tell
-(Ray's exporter writes none), is a reset, reported as a note; a decrease while ``_created`` stays
-the same is a violation. A series its ``# TYPE`` line declares a gauge is a level, not a running
-total: it is neither required to be monotone nor differenced between scrapes, and the messages
-say which kind each series is. Counts print as exact integers. Each file ends with one ``ok``
-``counter totals`` finding: its last scrape's counters summed over label sets (``totals`` in
+Checks, per scrape and label set (the granularity these counters have): accepted <= drafted (with
+the verified counter: drafted >= verified >= accepted), Σ per-position accepted == accepted,
+per-position non-increasing, per-position[0] <= num_drafts, accepted and drafted <= k · num_drafts;
+across consecutive scrapes: every counter is monotone and the same invariants hold for the interval
+deltas. A counter goes back only when its process restarts: a decrease with a new ``_created``
+timestamp, or with no ``_created`` sample to tell (Ray's exporter writes none), is a reset,
+reported as a note; a decrease while ``_created`` stays the same is a violation. A check is left
+out where a counter it reads is not in the scrape (the "missing counters" note names it), and an
+interval where one scrape lacks a counter the other has (a scrape cut short or filtered) is noted,
+not differenced with 0 in its place. A series its ``# TYPE`` line declares a gauge is a level, not
+a running total: it is neither required to be monotone nor differenced between scrapes, and the
+messages say which kind each series is. Counts print as exact integers. Each file ends with one
+``ok`` ``counter totals`` finding: its last scrape's counters summed over label sets (``totals`` in
 the JSON: spec_steps, drafted, verified or null, accepted, accepted_per_pos).
 """
 
@@ -442,6 +444,25 @@ def _totals(scrape: Scrape) -> Totals:
     )
 
 
+# the counters each check of `_invariants` reads: a check is left out where one is not in the
+# scrape (a cut or filtered scrape), not computed with 0 in its place
+NEEDS = {
+    "accepted<=drafted": {ACCEPTED, DRAFT_TOKENS},
+    "verified<=drafted": {DRAFT_TOKENS},
+    "accepted<=verified": {ACCEPTED},
+    "sum(per_pos)==accepted": {ACCEPTED},
+    "per_pos[0]<=num_drafts": {DRAFTS},
+    "drafted<=k*num_drafts": {DRAFT_TOKENS, DRAFTS},
+}
+
+
+def _readable(
+    results: list[tuple[str, str | None]], missing: set[str]
+) -> list[tuple[str, str | None]]:
+    """The checks of ``results`` whose counters are all there."""
+    return [(c, why) for c, why in results if not NEEDS.get(c, set()) & missing]
+
+
 def _values(series: Series) -> tuple[float, float, float]:
     return (
         series.scalars.get(DRAFTS, (0.0, 0))[0],
@@ -486,7 +507,8 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
     drafts, tokens, accepted = _values(series)
     per_pos = series.positions()
     verified = _verified(series)
-    results = _invariants(drafts, tokens, accepted, per_pos, verified)
+    missing_set = {n for n in SCALARS if n not in series.scalars}
+    results = _readable(_invariants(drafts, tokens, accepted, per_pos, verified), missing_set)
     verified_line = series.scalars.get(VERIFIED, (0.0, series.line()))[1]
     line_of = {
         "accepted<=drafted": series.scalars.get(ACCEPTED, (0.0, series.line()))[1],
@@ -581,6 +603,21 @@ def _decrease(s1: Scrape, a: Series, b: Series, where: str) -> Finding | None:
 def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[Finding]:
     """The counter invariants over the deltas from ``a`` to ``b``: a violation per broken one,
     else one ok with the interval's growth."""
+    lost = sorted(
+        {n for n in (*SCALARS, VERIFIED) if (n in a.scalars) != (n in b.scalars)}
+        | {f"{PER_POS}[{i}]" for i in set(a.per_pos) ^ set(b.per_pos)}
+    )
+    if lost:  # a delta against a counter one scrape lacks would be a guess
+        return [
+            Finding(
+                s1.path,
+                b.line(),
+                NOTE,
+                "interval not checked",
+                f"{where}: {', '.join(lost)} in one scrape but not the other (a scrape cut"
+                " short, or filtered): no interval to difference",
+            )
+        ]
     d0, t0, a0 = _values(a)
     d1, t1, a1 = _values(b)
     p0, p1 = a.positions(), b.positions()
@@ -590,7 +627,8 @@ def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[F
     delta_pos = [y - x for x, y in zip(p0, p1, strict=True)]
     v0, v1 = _verified(a), _verified(b)
     delta_verified = None if v0 is None or v1 is None else v1 - v0
-    results = _invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos, delta_verified)
+    missing = {n for n in SCALARS if n not in b.scalars}
+    results = _readable(_invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos, delta_verified), missing)
     bad = [(c, why) for c, why in results if why is not None]
     if bad:
         return [

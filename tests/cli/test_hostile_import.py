@@ -159,3 +159,37 @@ def test_llamacpp_log_with_a_byte_order_mark(tmp_path: Path) -> None:
     assert code == ExitCode.OK, out
     header = json.loads((tmp_path / "steps.ndjson").read_text().splitlines()[0])
     assert header["engine_version"] == "0.5.0-dev+0c1e570"
+
+
+def _cut_after(text: str, name: str) -> str:
+    """``text`` up to and including the first sample of ``name``: a scrape cut short."""
+    no, _ = _series_line(text, name)
+    return "".join(text.splitlines(keepends=True)[:no])
+
+
+def test_prometheus_cut_scrape_is_no_violation(tmp_path: Path) -> None:
+    """A second scrape cut after its drafted counter (curl interrupted) was differenced with
+    0 for every counter it lacks: negative per-position deltas, exit 1, the engine blamed for
+    bytes that never arrived. What it lacks is now noted, not checked."""
+    text = one_scrape()
+    scrape = tmp_path / "cut.prom"
+    scrape.write_text(text + _cut_after(text, "vllm:spec_decode_num_draft_tokens_total"))
+    code, out = spectally("import", "prometheus", str(scrape))
+    assert code == ExitCode.OK, out
+    assert "VIOLATION" not in out
+    assert "NOTE interval not checked: scrapes 1→2" in out
+    assert "vllm:spec_decode_num_accepted_tokens_per_pos[0]" in out
+
+
+def test_prometheus_scrape_without_drafted(tmp_path: Path) -> None:
+    """A scrape without the drafted counter (filtered by a relabel rule) compared accepted with
+    0 drafted: a violation on a counter the scrape does not hold."""
+    text = one_scrape()
+    kept = [ln for ln in text.splitlines(keepends=True) if "num_draft_tokens" not in ln]
+    scrape = tmp_path / "filtered.prom"
+    scrape.write_text("".join(kept))
+    code, out = spectally("import", "prometheus", str(scrape))
+    assert code == ExitCode.OK, out
+    assert "NOTE missing counters" in out and "no vllm:spec_decode_num_draft_tokens_total" in out
+    assert "accepted<=drafted" not in out and "drafted<=k*num_drafts" not in out
+    assert "sum(per_pos)==accepted" in out  # what it holds is still checked
