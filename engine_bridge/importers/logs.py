@@ -678,9 +678,17 @@ def _file_totals(lines: list[LogLine]) -> Totals:
 def _reconcile(lines: list[LogLine], metrics: str) -> Finding:
     """Σ logged Accepted / Drafted (and Verified, where both print it) against the final
     Prometheus counters."""
-    from .prometheus import read_scrapes, spec_totals, verified_total
+    from .prometheus import (
+        ACCEPTED,
+        DRAFT_TOKENS,
+        read_scrapes,
+        require_counters,
+        spec_totals,
+        verified_total,
+    )
 
     last = read_scrapes([metrics])[-1]
+    require_counters(last, (DRAFT_TOKENS, ACCEPTED), "--metrics")
     k = max((len(x.per_pos or ()) for x in lines), default=1)
     _, tokens, accepted, _ = spec_totals(last, k)
     dr, ver, acc = log_totals(lines)

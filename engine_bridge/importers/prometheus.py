@@ -308,6 +308,23 @@ def spec_totals(
     return drafts, tokens, accepted, per_pos
 
 
+def require_counters(scrape: Scrape, names: Iterable[str], what: str) -> None:
+    """`BadInput` at the scrape where a label set lacks one of the counters ``names`` (vLLM's
+    names; `PER_POS`: no position at all): sums reconciled with a counter it does not hold would
+    be compared with 0. ``what`` names the option that gave the scrape."""
+    for series in scrape.series.values():
+        lacks = [n for n in names if not (series.per_pos if n == PER_POS else n in series.scalars)]
+        if lacks:
+            raise BadInput(
+                scrape.path,
+                series.line() or scrape.line,
+                1,
+                f"{what}: scrape {scrape.index + 1} {series.name()} has no"
+                f" {', '.join(n + '_total' for n in lacks)}: nothing to reconcile the sums with"
+                " (a scrape cut short, or filtered?)",
+            )
+
+
 def verified_total(scrape: Scrape, engine: str | None = None) -> int | None:
     """``num_verified_draft_tokens`` summed over label sets (only ``engine=...`` when given);
     None when no label set has the series (vLLM without the counting fix)."""

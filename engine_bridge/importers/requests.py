@@ -486,10 +486,11 @@ def check_files(
 
 def reconcile(requests: list[RequestMetrics], metrics: str) -> list[Finding]:
     """Σ per-request metrics against the final Prometheus totals (vLLM documents equality)."""
-    from .prometheus import read_scrapes, spec_totals
+    from .prometheus import PER_POS, SCALARS, read_scrapes, require_counters, spec_totals
 
     last = read_scrapes([metrics])[-1]
     k = max(r.metrics["num_spec_tokens"] for r in requests)
+    require_counters(last, (*SCALARS, PER_POS) if k else SCALARS, "--metrics")
     drafts, tokens, acc, per_pos = spec_totals(last, k)
     s_steps = sum(r.metrics["num_spec_steps"] for r in requests)
     s_dr = sum(r.metrics["num_draft_tokens"] for r in requests)

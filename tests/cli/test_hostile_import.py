@@ -193,3 +193,26 @@ def test_prometheus_scrape_without_drafted(tmp_path: Path) -> None:
     assert "NOTE missing counters" in out and "no vllm:spec_decode_num_draft_tokens_total" in out
     assert "accepted<=drafted" not in out and "drafted<=k*num_drafts" not in out
     assert "sum(per_pos)==accepted" in out  # what it holds is still checked
+
+
+@pytest.mark.parametrize(
+    ("command", "data", "dropped"),
+    [
+        ("logs", LOG, "vllm:spec_decode_num_accepted_tokens_total"),
+        ("requests", REQUESTS, "vllm:spec_decode_num_accepted_tokens_total"),
+        ("requests", REQUESTS, "vllm:spec_decode_num_accepted_tokens_per_pos_total"),
+    ],
+)
+def test_metrics_without_a_reconciled_counter(
+    tmp_path: Path, command: str, data: Path, dropped: str
+) -> None:
+    """--metrics whose last scrape lacks a counter the sums are reconciled with compared them
+    with 0: 'the log intervals count more than the counters', exit 1."""
+    kept = [ln for ln in SCRAPE.read_text().splitlines(keepends=True) if dropped not in ln]
+    scrape = tmp_path / "filtered.prom"
+    scrape.write_text("".join(kept))
+    code, out = spectally("import", command, str(data), "--metrics", str(scrape))
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{scrape}:")
+    assert "--metrics: scrape 2 {engine=" in out
+    assert f"has no {dropped}: nothing to reconcile the sums with" in out
