@@ -14,17 +14,29 @@ from ..steplog.source import BadInput
 
 def refuse_repeats(inputs: Iterable[tuple[str, str | None]]) -> None:
     """`BadInput` naming the second of two ``(what, path)`` inputs that are one file (device and
-    inode, through symlinks). ``-`` (stdin), ``None`` and a path that cannot be looked at
-    (its reader names why) are left out."""
+    inode, through symlinks; ``-``, stdin, is read once too). ``None`` and a path that cannot be
+    looked at (its reader names why) are left out."""
     seen: dict[tuple[int, int], tuple[str, str]] = {}
     for what, path in inputs:
-        if path is None or path == "-":
+        if path is None:
             continue
-        try:
-            st = os.stat(path)
-        except (OSError, ValueError):
-            continue
-        first = seen.setdefault((st.st_dev, st.st_ino), (what, path))
+        if path == "-":  # stdin: its bytes come once, so a second reader would find none
+            key = (-1, -1)
+        else:
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):
+                continue
+            key = (st.st_dev, st.st_ino)
+        first = seen.setdefault(key, (what, path))
+        if first != (what, path) and path == "-":
+            raise BadInput(
+                path,
+                1,
+                1,
+                f"{what} is stdin, as {first[0]} is: stdin can be read once; save one of them"
+                " to a file",
+            )
         if first != (what, path):
             raise BadInput(
                 path,

@@ -306,6 +306,14 @@ def read_responses(path: str) -> list[tuple[int, int]]:
                     items.append((no, json.loads(line, parse_int=as_int)))
                 except json.JSONDecodeError as exc:
                     raise BadInput(path, no, exc.colno, f"not JSON: {exc.msg}") from None
+    if not items:  # nothing to compare: not a run whose requests all agree
+        raise BadInput(
+            path,
+            1,
+            1,
+            "no responses (an empty file or list): --responses takes llama-server's replies,"
+            " a JSON list or one per line",
+        )
     out = []
     for no, resp in items:
         timings = resp.get("timings") if isinstance(resp, dict) else None
@@ -313,7 +321,7 @@ def read_responses(path: str) -> list[tuple[int, int]]:
             raise BadInput(path, no, 1, "a response without 'timings' (llama-server adds them)")
         if "draft_n" in timings:
             d, a = timings["draft_n"], timings.get("draft_n_accepted")
-            if not isinstance(d, int) or not isinstance(a, int) or not 0 <= a <= d:
+            if type(d) is not int or type(a) is not int or not 0 <= a <= d:  # bool: no count
                 raise BadInput(path, no, 1, f"bad draft_n / draft_n_accepted: {d!r} / {a!r}")
             out.append((d, a))
     return out

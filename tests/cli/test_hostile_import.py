@@ -9,6 +9,7 @@ case needs it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -216,3 +217,49 @@ def test_metrics_without_a_reconciled_counter(
     assert out.startswith(f"{scrape}:")
     assert "--metrics: scrape 2 {engine=" in out
     assert f"has no {dropped}: nothing to reconcile the sums with" in out
+
+
+def test_stdin_named_twice() -> None:
+    """`-` twice read stdin twice: the second reader found it empty, and `import llamacpp -
+    --responses -` reported the log's requests as diverging from responses it never read."""
+    run = FIX / "llamacpp/noise05"
+    log = Path(f"{run}.server.log").read_text()
+    res = CliRunner().invoke(
+        main, ["import", "llamacpp", "-", "--out", os.devnull, "--responses", "-"], input=log
+    )
+    assert res.exit_code == ExitCode.BAD_INPUT, res.output
+    assert res.output.startswith("-:1:1: --responses is stdin, as SERVER_LOG is")
+    res = CliRunner().invoke(main, ["import", "prometheus", "-", "-"], input=one_scrape())
+    assert res.exit_code == ExitCode.BAD_INPUT, res.output
+    assert res.output.startswith("-:1:1: SCRAPE 2 is stdin, as SCRAPE 1 is")
+
+
+@pytest.mark.parametrize("content", ["", "[]\n", '{"responses": []}\n'])
+def test_llamacpp_empty_responses(tmp_path: Path, content: str) -> None:
+    """An empty --responses file compared no response with the log: 'only in the log [...]',
+    exit 1, as if the server had answered otherwise."""
+    run = FIX / "llamacpp/noise05"
+    responses = tmp_path / "responses.json"
+    responses.write_text(content)
+    code, out = spectally(
+        "import", "llamacpp", f"{run}.server.log", "--out", str(tmp_path / "steps.ndjson"),
+        "--responses", str(responses),
+    )  # fmt: skip
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{responses}:1:1: no responses (an empty file or list)")
+
+
+def test_llamacpp_boolean_draft_counts(tmp_path: Path) -> None:
+    """`draft_n: true` passed as the count 1 (bool is an int in Python)."""
+    run = FIX / "llamacpp/noise05"
+    replies = json.loads(Path(f"{run}.responses.json").read_text())
+    drafted = next(i for i, r in enumerate(replies) if "draft_n" in r["timings"])
+    replies[drafted]["timings"].update(draft_n=True, draft_n_accepted=True)
+    responses = tmp_path / "responses.json"
+    responses.write_text(json.dumps(replies))
+    code, out = spectally(
+        "import", "llamacpp", f"{run}.server.log", "--out", str(tmp_path / "steps.ndjson"),
+        "--responses", str(responses),
+    )  # fmt: skip
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{responses}:1:1: bad draft_n / draft_n_accepted: True / True")
