@@ -115,8 +115,9 @@ def _base(sample_name: str) -> tuple[str, str]:
 def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
     """Every scrape of every file, in order (each read through `source`: path or -, gzip, strict
     UTF-8, bounded lines). Malformed sample lines, samples beyond docs/limits.md (a non-finite
-    or huge counter, a position >= MAX_K) and a file without any spec-decode sample raise
-    `BadInput`."""
+    or huge counter, a position >= MAX_K), a per-position sample whose position is no index
+    (``x``, ``-1``, ``01``, none), a series twice in one scrape and a file without any
+    spec-decode sample raise `BadInput`."""
     scrapes: list[Scrape] = []
     for path in paths:
         if not _read_into(scrapes, path, iter_text_lines(path)):
@@ -242,6 +243,19 @@ def _check_sample(
                 f"{name} = {value!r} exceeds the limit 2**63 - 1 (docs/limits.md)",
             )
     position = labels.get("position")
+    if canonical(name) == PER_POS + "_total" and not _is_index(position):
+        at = raw.find("position=")
+        raise BadInput(
+            path,
+            lineno,
+            at + 1 if at >= 0 else 1,
+            f"{name} with position={position!r}: a per-position sample names its draft"
+            " position as vLLM does, 0, 1, 2, ... (without it the sample would be dropped and"
+            " the checks run on the other positions)"
+            if position is not None
+            else f"{name} without a position label: vLLM labels each per-position sample with"
+            " its draft position (0, 1, 2, ...)",
+        )
     if (
         position is not None
         and position.isascii()
@@ -255,6 +269,16 @@ def _check_sample(
             at + 1 if at >= 0 else 1,
             f"position {position[:20]} is beyond k <= {MAX_K} (docs/limits.md)",
         )
+
+
+def _is_index(position: str | None) -> bool:
+    """Whether a position label is one vLLM writes: ``str(i)`` of an index i >= 0."""
+    return (
+        position is not None
+        and position.isascii()
+        and position.isdigit()
+        and (position == "0" or not position.startswith("0"))
+    )
 
 
 def count(value: float) -> str:

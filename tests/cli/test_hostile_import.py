@@ -263,3 +263,26 @@ def test_llamacpp_boolean_draft_counts(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == ExitCode.BAD_INPUT, out
     assert out.startswith(f"{responses}:1:1: bad draft_n / draft_n_accepted: True / True")
+
+
+@pytest.mark.parametrize("label", ['position="x"', 'position="01"', 'position="-1"'])
+def test_per_position_sample_without_an_index(tmp_path: Path, label: str) -> None:
+    """A per-position sample whose position is no index vLLM writes was dropped, and the
+    checks ran on the other positions: 'drafted > k * num_drafts' with k one short, exit 1."""
+    text = one_scrape()
+    scrape = tmp_path / "pos.prom"
+    scrape.write_text(text.replace('position="2"', label))
+    no = _series_line(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total")[0] + 2
+    code, out = spectally("import", "prometheus", str(scrape))
+    column = scrape.read_text().splitlines()[no - 1].index("position=") + 1
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{scrape}:{no}:{column}: vllm:spec_decode_num_accepted_tokens_per_pos")
+
+
+def test_per_position_sample_without_a_position(tmp_path: Path) -> None:
+    text = one_scrape()
+    scrape = tmp_path / "pos.prom"
+    scrape.write_text(text.replace(',position="2"', ""))
+    code, out = spectally("import", "prometheus", str(scrape))
+    assert code == ExitCode.BAD_INPUT, out
+    assert "_per_pos_total without a position label" in out
