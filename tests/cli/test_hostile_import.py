@@ -286,3 +286,30 @@ def test_per_position_sample_without_a_position(tmp_path: Path) -> None:
     code, out = spectally("import", "prometheus", str(scrape))
     assert code == ExitCode.BAD_INPUT, out
     assert "_per_pos_total without a position label" in out
+
+
+def _iteration(i: int, accepted: int = 3) -> dict[str, object]:
+    """One TensorRT-LLM iteration record (IterationStats.specDecodingStats of two requests)."""
+    stats = {
+        "numDraftTokens": 6,
+        "numAcceptedTokens": accepted,
+        "numRequestsWithDraftTokens": 2,
+        "acceptanceLength": (accepted + 2) / 2,
+    }
+    return {"iter": i, "specDecodingStats": stats}
+
+
+def test_trtllm_dump_appended_to_itself(tmp_path: Path) -> None:
+    """An iteration record twice (same iter, same stats) entered the totals twice, exit 0;
+    an iteration number that comes again with other stats (a restart) is another iteration."""
+    records = [_iteration(i) for i in range(4)]
+    stats = tmp_path / "stats.jsonl"
+    stats.write_text("".join(json.dumps(r) + "\n" for r in [*records, records[2]]))
+    code, out = spectally("import", "trtllm", str(stats))
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{stats}:5:1: iteration 2 appears twice, the same record both times")
+    assert "(first at line 3)" in out
+    stats.write_text("".join(json.dumps(r) + "\n" for r in [*records, _iteration(2, 1)]))
+    code, out = spectally("import", "trtllm", str(stats))
+    assert code == ExitCode.OK, out
+    assert "trtllm totals: 5 iterations" in out
