@@ -324,13 +324,26 @@ def read_lines(path: str) -> list[LogLine]:
     """Every spec-decode metrics line of a log (read through `source`: path or -, gzip, strict
     UTF-8, bounded lines: an endless line ends at the line limit). An empty input, or one
     without such a line, is `BadInput`: it has nothing to check, and exit 0 would claim it was
-    checked."""
+    checked; so is a timestamped line that repeats an earlier one exactly (one process prints
+    one line per interval, at its own time: a copy would count the interval twice)."""
     out: list[LogLine] = []
     seen = 0
     engines: dict[str, str] = {}  # per process, the engine of its last "Engine NNN:" line
+    stamped: dict[str, int] = {}  # each timestamped metrics line, and where it first stood
     for lineno, text in iter_text_lines(path):
         seen = lineno
         parsed = parse_line(path, lineno, text)
+        if parsed is not None and parsed.stamp is not None:
+            first = stamped.setdefault(text, lineno)
+            if first != lineno:
+                raise BadInput(
+                    path,
+                    lineno,
+                    1,
+                    f"this line repeats line {first} exactly, its process and timestamp"
+                    " included: a log appended to itself? Its intervals would be counted twice;"
+                    " keep one copy",
+                )
         if parsed is not None:
             engine = engines.get(parsed.origin, "")
             out.append(replace(parsed, engine=engine) if engine else parsed)

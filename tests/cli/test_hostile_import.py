@@ -313,3 +313,28 @@ def test_trtllm_dump_appended_to_itself(tmp_path: Path) -> None:
     code, out = spectally("import", "trtllm", str(stats))
     assert code == ExitCode.OK, out
     assert "trtllm totals: 5 iterations" in out
+
+
+def test_vllm_log_appended_to_itself(tmp_path: Path) -> None:
+    """A server log appended to itself passed (exit 0) with every interval counted twice, and
+    with --metrics the doubled sums were the engine's violation. A timestamped line that
+    repeats an earlier one exactly is now refused at the copy."""
+    text = LOG.read_text()
+    log = tmp_path / "twice.log"
+    log.write_text(text + text)
+    code, out = spectally("import", "logs", str(log), "--metrics", str(SCRAPE))
+    first = next(no for no, t in enumerate(text.splitlines(), 1) if "SpecDecoding metrics" in t)
+    copy_at = len(text.splitlines()) + first
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{log}:{copy_at}:1: this line repeats line {first} exactly")
+
+
+def test_unstamped_equal_lines_are_two_intervals(tmp_path: Path) -> None:
+    """Without a timestamp two equal lines are two intervals that counted the same (a paste)."""
+    line = next(t for t in LOG.read_text().splitlines() if "SpecDecoding metrics" in t)
+    bare = line[line.index("SpecDecoding metrics") :]
+    log = tmp_path / "paste.log"
+    log.write_text(f"{bare}\n{bare}\n")
+    code, out = spectally("import", "logs", str(log))
+    assert code == ExitCode.OK, out
+    assert "log totals: 2 lines" in out
