@@ -334,13 +334,13 @@ def read_lines(path: str) -> list[LogLine]:
         seen = lineno
         parsed = parse_line(path, lineno, text)
         if parsed is not None and parsed.stamp is not None:
-            first = stamped.setdefault(text, lineno)
-            if first != lineno:
+            original = stamped.setdefault(text, lineno)
+            if original != lineno:
                 raise BadInput(
                     path,
                     lineno,
                     1,
-                    f"this line repeats line {first} exactly, its process and timestamp"
+                    f"this line repeats line {original} exactly, its process and timestamp"
                     " included: a log appended to itself? Its intervals would be counted twice;"
                     " keep one copy",
                 )
