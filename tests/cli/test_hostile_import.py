@@ -234,17 +234,22 @@ def test_stdin_named_twice() -> None:
     assert res.output.startswith("-:1:1: SCRAPE 2 is stdin, as SCRAPE 1 is")
 
 
+def llamacpp_with_responses(tmp_path: Path, responses: Path) -> tuple[int, str]:
+    """`import llamacpp` of the noise05 capture into tmp_path with ``--responses``."""
+    log = FIX / "llamacpp/noise05.server.log"
+    out = tmp_path / "steps.ndjson"
+    return spectally(
+        "import", "llamacpp", str(log), "--out", str(out), "--responses", str(responses)
+    )
+
+
 @pytest.mark.parametrize("content", ["", "[]\n", '{"responses": []}\n'])
 def test_llamacpp_empty_responses(tmp_path: Path, content: str) -> None:
     """An empty --responses file compared no response with the log: 'only in the log [...]',
     exit 1, as if the server had answered otherwise."""
-    run = FIX / "llamacpp/noise05"
     responses = tmp_path / "responses.json"
     responses.write_text(content)
-    code, out = spectally(
-        "import", "llamacpp", f"{run}.server.log", "--out", str(tmp_path / "steps.ndjson"),
-        "--responses", str(responses),
-    )  # fmt: skip
+    code, out = llamacpp_with_responses(tmp_path, responses)
     assert code == ExitCode.BAD_INPUT, out
     assert out.startswith(f"{responses}:1:1: no responses (an empty file or list)")
 
@@ -257,10 +262,7 @@ def test_llamacpp_boolean_draft_counts(tmp_path: Path) -> None:
     replies[drafted]["timings"].update(draft_n=True, draft_n_accepted=True)
     responses = tmp_path / "responses.json"
     responses.write_text(json.dumps(replies))
-    code, out = spectally(
-        "import", "llamacpp", f"{run}.server.log", "--out", str(tmp_path / "steps.ndjson"),
-        "--responses", str(responses),
-    )  # fmt: skip
+    code, out = llamacpp_with_responses(tmp_path, responses)
     assert code == ExitCode.BAD_INPUT, out
     assert out.startswith(f"{responses}:1:1: bad draft_n / draft_n_accepted: True / True")
 
