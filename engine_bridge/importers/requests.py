@@ -67,12 +67,13 @@ class RequestMetrics:
     named: bool = True  # the record names its request (else ``request`` is "line N")
 
 
-def _values(path: str, text: str) -> list[tuple[int, Any]]:
+def json_values(path: str, text: str, *, allow_nan: bool = True) -> list[tuple[int, Any]]:
     """(line, JSON value) for a JSON document, the items of a top-level array, or NDJSON.
 
     Strict JSON (`source.strict_raw_decode`: no duplicate keys, integers within 2**63 - 1) but
-    NaN and Infinity are read as floats: Python's json.dumps writes them, so a vLLM dump may hold
-    one, and a NaN mean length is the engine's violation to report, not unreadable input."""
+    NaN and Infinity are read as floats unless ``allow_nan`` is false: Python's json.dumps
+    writes them, so a vLLM dump may hold one, and a NaN mean length is the engine's violation
+    to report, not unreadable input."""
     if text.count("[") + text.count("{") > MAX_DEPTH:
         at = too_deep(text)
         if at is not None:
@@ -90,12 +91,12 @@ def _values(path: str, text: str) -> list[tuple[int, Any]]:
                 raise BadInput(path, line, col, "unterminated JSON array")
             if text[i] == "]":
                 return out
-            value, end = strict_raw_decode(path, text, i, allow_nan=True)
+            value, end = strict_raw_decode(path, text, i, allow_nan=allow_nan)
             out.append((line_of(i), value))
             i = end
     values: list[tuple[int, Any]] = []
     while i < len(text):
-        value, end = strict_raw_decode(path, text, i, allow_nan=True)
+        value, end = strict_raw_decode(path, text, i, allow_nan=allow_nan)
         values.append((line_of(i), value))
         i = _skip(_BLANK, text, end)
     return values
@@ -181,7 +182,7 @@ def read_requests(paths: list[str]) -> list[RequestMetrics]:
     out: list[RequestMetrics] = []
     for path in paths:
         found: list[RequestMetrics] = []
-        values = _values(path, read_text(path))
+        values = json_values(path, read_text(path))
         for line, value in values:
             found.extend(extract(path, line, value))
         _refuse_repeated_ids(found)

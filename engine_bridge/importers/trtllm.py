@@ -25,21 +25,20 @@ import math
 from typing import Any
 
 from ..steplog.limits import MAX_INT
-from ..steplog.source import BadInput, iter_text_lines, strict_loads
+from ..steplog.source import BadInput, read_text, strict_loads
 from .findings import NOTE, OK, VIOLATION, Finding
+from .requests import json_values
 
 FIELDS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens")
 
 
 def _records(path: str) -> list[tuple[int, Any]]:
-    lines = list(iter_text_lines(path))
-    text = "\n".join(t for _, t in lines).strip()
-    if not text:
+    """(line, record) of a JSON list or NDJSON, each record at the line it starts on (a
+    pretty-printed list spans many), read as `requests.json_values` reads per-request JSON."""
+    text = read_text(path)
+    if not text.strip():
         raise BadInput(path, 1, 1, "empty input: no iteration stats")
-    if text.startswith("["):
-        value = strict_loads(path, 1, text)
-        return [(1, v) for v in value]
-    return [(no, strict_loads(path, no, t)) for no, t in lines if t.strip()]
+    return json_values(path, text, allow_nan=False)  # NaN: no count, no acceptanceLength
 
 
 def _count(path: str, no: int, spec: dict[str, Any], name: str) -> int:

@@ -290,13 +290,14 @@ def test_per_position_sample_without_a_position(tmp_path: Path) -> None:
     assert "_per_pos_total without a position label" in out
 
 
-def _iteration(i: int, accepted: int = 3) -> dict[str, object]:
-    """One TensorRT-LLM iteration record (IterationStats.specDecodingStats of two requests)."""
+def _iteration(i: int, accepted: int = 3, length: float | None = None) -> dict[str, object]:
+    """One TensorRT-LLM iteration record (IterationStats.specDecodingStats of two requests;
+    ``length``: an acceptanceLength other than the executor's)."""
     stats = {
         "numDraftTokens": 6,
         "numAcceptedTokens": accepted,
         "numRequestsWithDraftTokens": 2,
-        "acceptanceLength": (accepted + 2) / 2,
+        "acceptanceLength": (accepted + 2) / 2 if length is None else length,
     }
     return {"iter": i, "specDecodingStats": stats}
 
@@ -340,3 +341,16 @@ def test_unstamped_equal_lines_are_two_intervals(tmp_path: Path) -> None:
     code, out = spectally("import", "logs", str(log))
     assert code == ExitCode.OK, out
     assert "log totals: 2 lines" in out
+
+
+def test_trtllm_pretty_printed_list_names_each_record_line(tmp_path: Path) -> None:
+    """Every finding of a pretty-printed list (json.dump(..., indent=1)) named line 1, so a
+    violation pointed at the file's first bracket; each now names its record's first line."""
+    records = [_iteration(0), _iteration(1), _iteration(2), _iteration(3, length=9.0)]
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps(records, indent=1))
+    code, out = spectally("import", "trtllm", str(stats))
+    starts = [no for no, t in enumerate(stats.read_text().splitlines(), 1) if t == " {"]
+    assert code == ExitCode.DIVERGENCE, out
+    assert f"{stats}:{starts[3]}: VIOLATION acceptanceLength" in out
+    assert f"{stats}:{starts[1]}: OK trtllm specDecodingStats: iteration 1" in out
