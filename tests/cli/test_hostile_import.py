@@ -354,3 +354,56 @@ def test_trtllm_pretty_printed_list_names_each_record_line(tmp_path: Path) -> No
     assert code == ExitCode.DIVERGENCE, out
     assert f"{stats}:{starts[3]}: VIOLATION acceptanceLength" in out
     assert f"{stats}:{starts[1]}: OK trtllm specDecodingStats: iteration 1" in out
+
+
+@pytest.mark.parametrize("path", [REQUESTS, FIX / "llamacpp/noise05.responses.json"])
+def test_sglang_on_another_engines_responses(path: Path) -> None:
+    """JSON of another engine's responses passed `import sglang` with a note per response and
+    nothing checked, exit 0."""
+    code, out = spectally("import", "sglang", str(path))
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{path}:1:1: no response with spec_verify_ct in ")
+    assert "nothing to check" in out
+
+
+META = {
+    "spec_verify_ct": 4,
+    "spec_num_correct_drafts": 3,
+    "spec_num_proposed_drafts": 12,
+    "completion_tokens": 8,
+    "spec_accept_rate": 0.25,
+    "spec_accept_length": 2.0,
+    "spec_correct_drafts_histogram": [2, 1, 1, 0],
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("spec_accept_rate", "0.25", "spec_accept_rate '0.25' is not a number"),
+        ("spec_accept_length", True, "spec_accept_length True is not a number"),
+        ("spec_correct_drafts_histogram", [2, 1, "x", 0], "is no list of counts"),
+    ],
+)
+def test_sglang_meta_field_of_the_wrong_type(
+    tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    """A ratio or histogram of the wrong type was left out of the checks without a word, and
+    the response passed on what remained."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"meta_info": META}) + "\n")
+    assert spectally("import", "sglang", str(good))[0] == ExitCode.OK
+    bad = tmp_path / "meta.json"
+    bad.write_text(json.dumps({"meta_info": {**META, field: value}}) + "\n")
+    code, out = spectally("import", "sglang", str(bad))
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{bad}:1:1: ") and message in out
+
+
+def test_sglang_list_names_each_response_line(tmp_path: Path) -> None:
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps([{"meta_info": META}, {"meta_info": META}], indent=1))
+    code, out = spectally("import", "sglang", str(meta))
+    starts = [no for no, t in enumerate(meta.read_text().splitlines(), 1) if t == " {"]
+    assert code == ExitCode.OK, out
+    assert f"{meta}:{starts[1]}: OK sglang meta_info" in out
