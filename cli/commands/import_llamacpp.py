@@ -59,7 +59,8 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     "--draft-max",
     type=click.IntRange(1, 1024),
     default=None,
-    help="--spec-draft-n-max of the server (default: the per-position counter's length)",
+    help="--spec-draft-n-max of the server (default, and what a scrape must agree with: its"
+    " per-position counter's length)",
 )
 @click.option(
     "--engine-version",

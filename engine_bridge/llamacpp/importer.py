@@ -367,6 +367,17 @@ def import_log(
         _forward(delta, before, after, metrics_after or "")
     if k is None:
         k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)
+    elif after is not None and after.per_pos and len(after.per_pos) != k:
+        # the server sizes its per-position counter by its --spec-draft-n-max: a k of the
+        # option's own would pad the totals with positions it never reported, or drop some
+        raise BadInput(
+            metrics_after or "",
+            1,
+            1,
+            f"--draft-max {k}, but this scrape's per-position counter has"
+            f" {len(after.per_pos)} positions (llama-server sizes it by its --spec-draft-n-max):"
+            f" give {len(after.per_pos)}, or leave --draft-max out",
+        )
     result = Imported(_records(imp, k, spec_method), list(imp.divergences), replays=imp.replays)
     result.findings = summaries.check(parsed)
     for tid, task in imp.tasks.items():

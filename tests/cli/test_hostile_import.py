@@ -407,3 +407,17 @@ def test_sglang_list_names_each_response_line(tmp_path: Path) -> None:
     starts = [no for no, t in enumerate(meta.read_text().splitlines(), 1) if t == " {"]
     assert code == ExitCode.OK, out
     assert f"{meta}:{starts[1]}: OK sglang meta_info" in out
+
+
+def test_llamacpp_draft_max_against_the_scrape(tmp_path: Path) -> None:
+    """--draft-max 64 beside a server whose per-position counter has 4 positions wrote a step
+    log with k = 64 and 60 per-position totals the server never reported, exit 0."""
+    run = FIX / "llamacpp/noise05"
+    after = f"{run}.metrics.after"
+    args = ["import", "llamacpp", f"{run}.server.log", "--out", str(tmp_path / "steps.ndjson")]
+    args += ["--metrics-before", f"{run}.metrics.before", "--metrics-after", after]
+    code, out = spectally(*args, "--draft-max", "64")
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{after}:1:1: --draft-max 64, but this scrape's per-position counter")
+    assert "has 4 positions" in out and not (tmp_path / "steps.ndjson").exists()
+    assert spectally(*args, "--draft-max", "4")[0] == ExitCode.OK
