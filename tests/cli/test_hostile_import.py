@@ -421,3 +421,26 @@ def test_llamacpp_draft_max_against_the_scrape(tmp_path: Path) -> None:
     assert out.startswith(f"{after}:1:1: --draft-max 64, but this scrape's per-position counter")
     assert "has 4 positions" in out and not (tmp_path / "steps.ndjson").exists()
     assert spectally(*args, "--draft-max", "4")[0] == ExitCode.OK
+
+
+@pytest.mark.parametrize(
+    ("command", "encoding", "name"),
+    [
+        (["import", "prometheus"], "utf-16-le", "UTF-16LE"),
+        (["import", "logs"], "utf-16-be", "UTF-16BE"),
+        (["import", "llamacpp"], "utf-16-le", "UTF-16LE"),
+        (["explain"], "utf-32-le", "UTF-32LE"),
+    ],
+)
+def test_utf16_input_is_named(tmp_path: Path, command: list[str], encoding: str, name: str) -> None:
+    """A UTF-16 file (what Windows PowerShell's `>` writes) was 'not valid UTF-8' at 1:1, or,
+    where a reader decodes leniently, 'no version: line' or 'no engine output': never what it
+    is. Every reader now names the encoding and how to convert it."""
+    source = {"prometheus": SCRAPE, "logs": LOG, "llamacpp": FIX / "llamacpp/noise05.server.log"}
+    text = source.get(command[-1], SCRAPE).read_text()
+    path = tmp_path / "utf16.txt"
+    path.write_bytes(("\ufeff" + text).encode(encoding))
+    code, out = spectally(*command, str(path))
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{path}:1:1: {name} text (its byte-order mark): spectally reads UTF-8")
+    assert f"iconv -f {name[:6]} -t UTF-8" in out
