@@ -75,10 +75,11 @@ class Series:
     scalars: dict[str, tuple[float, int]] = field(default_factory=dict)
     created: dict[str, float] = field(default_factory=dict)
     per_pos: dict[int, tuple[float, int]] = field(default_factory=dict)
+    first: int = 0  # the line of its first sample (a ``_created`` one included)
 
     def line(self) -> int:
         lines = [ln for _, ln in self.scalars.values()] + [ln for _, ln in self.per_pos.values()]
-        return min(lines) if lines else 0
+        return min(lines) if lines else self.first
 
     def positions(self) -> list[int]:
         if not self.per_pos:
@@ -302,7 +303,7 @@ def _add_sample(scrape: Scrape, name: str, labels: dict[str, str], value: float,
     base, suffix = _base(canonical(name))
     position = labels.pop("position", None)
     key: Labels = tuple(sorted(labels.items()))
-    series = scrape.series.setdefault(key, Series(key))
+    series = scrape.series.setdefault(key, Series(key, first=line))
     if suffix == "_created":
         series.created[base] = value
         return

@@ -444,3 +444,16 @@ def test_utf16_input_is_named(tmp_path: Path, command: list[str], encoding: str,
     assert code == ExitCode.BAD_INPUT, out
     assert out.startswith(f"{path}:1:1: {name} text (its byte-order mark): spectally reads UTF-8")
     assert f"iconv -f {name[:6]} -t UTF-8" in out
+
+
+def test_created_only_label_set_names_its_line(tmp_path: Path) -> None:
+    """A label set with only a `_created` sample was noted at line 0, a line no file has."""
+    text = one_scrape()
+    scrape = tmp_path / "created.prom"
+    extra = 'vllm:spec_decode_num_drafts_created{engine="1",model_name="m"} 1.7e9\n'
+    scrape.write_text(text + extra)
+    code, out = spectally("import", "prometheus", str(scrape))
+    assert code == ExitCode.OK, out
+    at = len(text.splitlines()) + 1
+    assert f'{scrape}:{at}: NOTE missing counters: scrape 1 {{engine="1",model_name="m"}}' in out
+    assert f"{scrape}:0:" not in out
