@@ -7,7 +7,7 @@ no movement, a check that checks nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from ..steplog.source import BadInput
 
@@ -46,3 +46,14 @@ def refuse_repeats(inputs: Iterable[tuple[str, str | None]]) -> None:
                 " (read twice, its counts would enter the sums twice, or a scrape be compared"
                 " with itself)",
             )
+
+
+def refuse_second(
+    seen: dict[Hashable, int], key: Hashable, path: str, line: int, why: Callable[[int], str]
+) -> None:
+    """Note ``key`` at ``line`` of ``path``; `BadInput` there when an earlier line holds it
+    (``why(first line)`` says what the repeat would have hidden or counted twice). For inputs
+    of one sample or record per line."""
+    first = seen.setdefault(key, line)
+    if first != line:
+        raise BadInput(path, line, 1, why(first))

@@ -42,12 +42,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..steplog.limits import MAX_K, digits_too_long
 from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding, Totals
+from .inputs import refuse_second
 from .log_layouts import LAYOUTS, MARKERS, Departure, Layout, Parsed, find_marker, match
 
 MARKER = "SpecDecoding metrics:"
@@ -329,21 +331,12 @@ def read_lines(path: str) -> list[LogLine]:
     out: list[LogLine] = []
     seen = 0
     engines: dict[str, str] = {}  # per process, the engine of its last "Engine NNN:" line
-    stamped: dict[str, int] = {}  # each timestamped metrics line, and where it first stood
+    stamped: dict[Hashable, int] = {}  # each timestamped metrics line, where it first stood
     for lineno, text in iter_text_lines(path):
         seen = lineno
         parsed = parse_line(path, lineno, text)
         if parsed is not None and parsed.stamp is not None:
-            original = stamped.setdefault(text, lineno)
-            if original != lineno:
-                raise BadInput(
-                    path,
-                    lineno,
-                    1,
-                    f"this line repeats line {original} exactly, its process and timestamp"
-                    " included: a log appended to itself? Its intervals would be counted twice;"
-                    " keep one copy",
-                )
+            refuse_second(stamped, text, path, lineno, _repeated_line)
         if parsed is not None:
             engine = engines.get(parsed.origin, "")
             out.append(replace(parsed, engine=engine) if engine else parsed)
@@ -363,6 +356,13 @@ def read_lines(path: str) -> list[LogLine]:
             " stats logging on prints one per interval)",
         )
     return out
+
+
+def _repeated_line(first: int) -> str:
+    return (
+        f"this line repeats line {first} exactly, its process and timestamp included: a log"
+        " appended to itself? Its intervals would be counted twice; keep one copy"
+    )
 
 
 def mean_offset(x: LogLine) -> int | None:

@@ -41,7 +41,7 @@ the JSON: spec_steps, drafted, verified or null, accepted, accepted_per_pos).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -50,6 +50,7 @@ from prometheus_client.samples import Sample
 from ..steplog.limits import MAX_INT, MAX_K
 from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding, Totals
+from .inputs import refuse_second
 
 PREFIX = "vllm:spec_decode_"
 # the same names served through Ray Serve: sanitized to [a-zA-Z0-9_] and prefixed "ray_"
@@ -155,7 +156,7 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
     current: Scrape | None = None
     seen_meta: set[tuple[str, str]] = set()
     # the current scrape's series, each with its first line: a second is refused
-    seen: dict[tuple[str, Labels], int] = {}
+    seen: dict[Hashable, int] = {}
     types: dict[str, str] = {}
     found = False
     for lineno, raw in lines:
@@ -193,23 +194,24 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
 
 
 def _check_repeat(
-    seen: dict[tuple[str, Labels], int], path: str, lineno: int, name: str, labels: dict[str, str]
+    seen: dict[Hashable, int], path: str, lineno: int, name: str, labels: dict[str, str]
 ) -> None:
     """Refuse a series the scrape already holds: one value would silently hide the other
     (Prometheus refuses such a scrape too)."""
-    key = (canonical(name), tuple(sorted(labels.items())))
-    first = seen.setdefault(key, lineno)
-    if first != lineno:
-        shown = "{" + ",".join(f'{k}="{v}"' for k, v in key[1]) + "}"
-        raise BadInput(
-            path,
-            lineno,
-            1,
-            f"{name}{shown} appears twice in one scrape (first at line {first}): one value"
-            " would hide the other. Two scrapes pasted together without their # HELP / # TYPE"
+    pairs = tuple(sorted(labels.items()))
+    shown = "{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}"
+    refuse_second(
+        seen,
+        (canonical(name), pairs),
+        path,
+        lineno,
+        lambda first: (
+            f"{name}{shown} appears twice in one scrape (first at line {first}): one"
+            " value would hide the other. Two scrapes pasted together without their # HELP / # TYPE"
             " lines? Keep those lines (or end each scrape with # EOF): they mark where a scrape"
-            " starts",
-        )
+            " starts"
+        ),
+    )
 
 
 def samples_of_line(path: str, lineno: int, line: str) -> list[Sample]:

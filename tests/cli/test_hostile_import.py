@@ -457,3 +457,23 @@ def test_created_only_label_set_names_its_line(tmp_path: Path) -> None:
     at = len(text.splitlines()) + 1
     assert f'{scrape}:{at}: NOTE missing counters: scrape 1 {{engine="1",model_name="m"}}' in out
     assert f"{scrape}:0:" not in out
+
+
+@pytest.mark.parametrize("twice", ["scrape", "position"])
+def test_llamacpp_scrape_with_a_series_twice(tmp_path: Path, twice: str) -> None:
+    """Two llama-server scrapes appended in one file (or a position given twice, as 1 and 01)
+    kept the last value of each series without a word."""
+    run = FIX / "llamacpp/noise05"
+    text = Path(f"{run}.metrics.after").read_text()
+    after = tmp_path / "after.txt"
+    if twice == "scrape":
+        after.write_text(Path(f"{run}.metrics.before").read_text() + text)
+    else:
+        line = next(t for t in text.splitlines() if 'position="1"' in t)
+        after.write_text(text + line.replace('position="1"', 'position="01"') + "\n")
+    code, out = spectally(
+        "import", "llamacpp", f"{run}.server.log", "--out", str(tmp_path / "steps.ndjson"),
+        "--metrics-before", f"{run}.metrics.before", "--metrics-after", str(after),
+    )  # fmt: skip
+    assert code == ExitCode.BAD_INPUT, out
+    assert out.startswith(f"{after}:") and "appears twice (first at line" in out
