@@ -10,7 +10,9 @@ verification of one request; acceptance rate = accepted / drafted, mean acceptan
 
 Only the first lines are read (`HEAD_LINES`), through the readers' shared opener (plain, gzip,
 ``-``). vLLM's log layouts are recognised by the ``import logs`` reader's own parser, called in
-one place (`_vllm_log`), so a layout it learns is explained here too.
+one place (`_vllm_log`), and vLLM's per-request metrics by the ``import requests`` reader's
+(`_explain_vllm_requests`). A JSON file is explained by the first of its records that holds
+what spectally reads (a response without spec-decode fields may come first).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Explanation:
 def _head(path: str) -> list[tuple[int, str]]:
     from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
     from spectally.engine_bridge.steplog.source import (
+        BOM,
         BadInput,
         close_stream,
         gzip_error,
@@ -88,6 +91,8 @@ def _head(path: str) -> list[tuple[int, str]]:
                 break
             if len(raw) > MAX_LINE_BYTES:
                 raise BadInput(path, no, 1, f"line longer than {MAX_LINE_BYTES} bytes")
+            if no == 1 and raw.startswith(BOM):  # dropped, as every reader drops it
+                raw = raw[len(BOM) :]
             out.append((no, raw.decode("utf-8", errors="replace").rstrip("\r\n")))
     finally:
         close_stream(stream)
@@ -124,13 +129,21 @@ def explain(path: str) -> Explanation:
     texts = [t for _, t in lines if t.strip()]
     if not texts:
         raise BadInput(path, 1, 1, "empty input: nothing to explain")
-    first = _json(texts[0])
-    whole = _json("\n".join(texts)) if texts[0].lstrip().startswith("[") else None
-    record = first if isinstance(first, dict) else None
-    if isinstance(whole, list) and whole and isinstance(whole[0], dict | str):
-        record = whole[0] if isinstance(whole[0], dict) else _json(whole[0])
-    if isinstance(record, dict):
-        return _explain_json(path, record)
+    records = _records(texts)
+    if records:
+        for record in records:
+            known = _explain_json(path, record)
+            if known is not None:
+                return known
+        raise BadInput(
+            path,
+            1,
+            1,
+            f"no JSON record spectally knows among the first {len(records)} (keys of the"
+            f" first: {sorted(records[0])[:8]}; looked for a step log header, vLLM's"
+            " per-request spec-decode metrics, llama-server timings.draft_n, SGLang meta_info,"
+            " TensorRT-LLM specDecodingStats)",
+        )
     joined = "\n".join(texts)
     from spectally.engine_bridge.importers.prometheus import RAY_PREFIXES
 
@@ -229,7 +242,23 @@ def explain(path: str) -> Explanation:
     )
 
 
-def _explain_json(path: str, rec: dict[str, Any]) -> Explanation:
+def _records(texts: list[str]) -> list[dict[str, Any]]:
+    """The JSON objects of a file's first lines: a JSON array's items, else one object per line
+    (NDJSON); none if the first line is not JSON."""
+    first = _json(texts[0])
+    whole = _json("\n".join(texts)) if texts[0].lstrip().startswith("[") else None
+    if isinstance(whole, list):
+        items = [item if isinstance(item, dict) else _json(item) for item in whole]
+    elif isinstance(first, dict):
+        items = [first, *(_json(t) for t in texts[1:])]
+    else:
+        return []
+    return [item for item in items if isinstance(item, dict)]
+
+
+def _explain_json(path: str, rec: dict[str, Any]) -> Explanation | None:
+    """What the record is; None if it is none of the JSON records spectally reads (a
+    response without spec-decode fields, say: the next one may have them)."""
     if rec.get("record") == "header":
         engine = str(rec.get("engine", "?"))
         version = str(rec.get("engine_version", "?"))
@@ -312,9 +341,51 @@ def _explain_json(path: str, rec: dict[str, Any]) -> Explanation:
             ["steps (no per-request step count is reported)"],
             [("draft_n", RFC["drafted"]), ("draft_n_accepted", RFC["accepted"])],
         )
-    from spectally.engine_bridge.steplog.source import BadInput
+    return _explain_vllm_requests(path, rec)
 
-    raise BadInput(path, 1, 1, f"a JSON record spectally does not know (keys: {sorted(rec)[:8]})")
+
+def _explain_vllm_requests(path: str, rec: dict[str, Any]) -> Explanation | None:
+    """vLLM's per-request spec-decode metrics, found by `import requests`' own reader (the one
+    call into engine_bridge/importers/requests.py); None if the record holds none."""
+    from spectally.engine_bridge.importers import requests
+
+    found = requests.extract(path, 1, rec)
+    if not found:
+        return None
+    metrics = found[0].metrics
+    where = (
+        "RequestOutput.outputs[].spec_decode_metrics (offline)"
+        if "outputs" in rec
+        else "metrics.speculative_decoding (OpenAI API)"
+        if "metrics" in rec
+        else "bare metrics objects"
+    )
+    detailed = isinstance(metrics, dict) and "per_step_accepted" in metrics
+    return Explanation(
+        path,
+        "vLLM",
+        "per-request spec-decode metrics (JSON)",
+        where + (", detailed per-step lists" if detailed else ""),
+        "vLLM 0.32 and later, PR #48915: --per-request-spec-decode-metrics summary|detailed",
+        "spectally import requests FILE --metrics SCRAPE",
+        [
+            "num_spec_steps = Σ histogram, accepted = Σ i·histogram[i], accepted <= drafted <="
+            " k·steps, the mean length and the rate by vLLM's formulas",
+            "detailed: each step replayed through the reference's step rules",
+            "with --metrics: the sums over requests against the Prometheus counters",
+        ],
+        [
+            "verified (no per-request verified count)",
+            "the RFC's drafted: grammar-cut drafts are left out by vLLM <= 0.33",
+        ],
+        [
+            ("num_spec_steps", "vLLM steps: scheduled blocks with drafts (not RFC steps)"),
+            ("num_draft_tokens", "vLLM drafted: scheduled slots, padding included"),
+            ("num_accepted_draft_tokens", RFC["accepted"]),
+            ("mean_acceptance_length", "1 + accepted / num_spec_steps (1.0 with no step)"),
+            ("draft_acceptance_rate", "accepted / num_draft_tokens (0.0 with none drafted)"),
+        ],
+    )
 
 
 def _explain_log(path: str, lines: list[tuple[int, str]], *_: str) -> Explanation:
@@ -414,7 +485,7 @@ def _explain_log(path: str, lines: list[tuple[int, str]], *_: str) -> Explanatio
         f"no engine output spectally knows in the first {len(lines)} lines (looked for a step"
         " log header, vLLM's 'SpecDecoding metrics:', llama-server summaries and traces,"
         " SGLang's 'accept len', Prometheus spec-decode series, SGLang meta_info, TensorRT-LLM"
-        " specDecodingStats)",
+        " specDecodingStats, vLLM per-request metrics)",
     )
 
 

@@ -28,12 +28,17 @@ EXIT_HELP = exits.epilog(
 )
 
 
-def run_findings(check: Callable[[], list[Finding]], as_json: bool) -> NoReturn:
-    """Print an importer's findings (or its bad input) and exit with the contract's code."""
+def run_findings(
+    check: Callable[[], list[Finding]], as_json: bool, files: tuple[str, ...] = ()
+) -> NoReturn:
+    """Print an importer's findings (or its bad input) and exit with the contract's code;
+    ``files`` (its FILE arguments) must be different files."""
     from spectally.engine_bridge.importers.findings import exit_code, render_findings
+    from spectally.engine_bridge.importers.inputs import refuse_repeats
     from spectally.engine_bridge.steplog.source import BadInput
 
     try:
+        refuse_repeats((f"FILE {i}", path) for i, path in enumerate(files, start=1))
         findings = check()
     except BadInput as exc:
         click.echo(str(exc), err=True)
@@ -62,7 +67,7 @@ def sglang_cmd(files: tuple[str, ...], draft_tokens: int | None, as_json: bool) 
     spec_accept_length, ...): plain, gzip or - for stdin; each file by what it holds."""
     from spectally.engine_bridge.importers import sglang
 
-    run_findings(lambda: sglang.check_files(list(files), draft_tokens), as_json)
+    run_findings(lambda: sglang.check_files(list(files), draft_tokens), as_json, files)
 
 
 @click.command("trtllm", epilog=EXIT_HELP)
@@ -74,4 +79,4 @@ def trtllm_cmd(files: tuple[str, ...], as_json: bool) -> None:
     not run)."""
     from spectally.engine_bridge.importers import trtllm
 
-    run_findings(lambda: trtllm.check_files(list(files)), as_json)
+    run_findings(lambda: trtllm.check_files(list(files)), as_json, files)

@@ -59,7 +59,8 @@ def _version(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     "--draft-max",
     type=click.IntRange(1, 1024),
     default=None,
-    help="--spec-draft-n-max of the server (default: the per-position counter's length)",
+    help="--spec-draft-n-max of the server (default, and what a scrape must agree with: its"
+    " per-position counter's length)",
 )
 @click.option(
     "--engine-version",
@@ -96,19 +97,19 @@ def llamacpp_cmd(
 
         run_findings(lambda: check_summaries(server_log), as_json)
 
+    from spectally.engine_bridge.importers.inputs import refuse_repeats
     from spectally.engine_bridge.llamacpp.importer import encode, import_log, refused_by_replay
     from spectally.engine_bridge.steplog.outputs import check_outputs, write_output
 
+    inputs = [
+        ("SERVER_LOG", server_log),
+        ("--metrics-before", metrics_before),
+        ("--metrics-after", metrics_after),
+        ("--responses", responses),
+    ]
     try:
-        check_outputs(
-            [("--out", out)],
-            [
-                ("SERVER_LOG", server_log),
-                ("--metrics-before", metrics_before),
-                ("--metrics-after", metrics_after),
-                ("--responses", responses),
-            ],
-        )
+        check_outputs([("--out", out)], inputs)
+        refuse_repeats(inputs)  # a scrape differenced with itself: totals of 0
         result = import_log(
             server_log,
             metrics_before=metrics_before,

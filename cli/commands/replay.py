@@ -257,14 +257,30 @@ def _bad(exc: BadInput) -> None:
     sys.exit(ExitCode.BAD_INPUT)
 
 
-def _run_import(check: Callable[[], list[Finding]], as_json: bool, quiet: bool) -> None:
-    """Run one importer's check: its findings printed by `_finish`, bad input as `_bad`."""
+def _run_import(
+    check: Callable[[], list[Finding]],
+    as_json: bool,
+    quiet: bool,
+    inputs: list[tuple[str, str | None]],
+) -> None:
+    """Run one importer's check on ``inputs`` (``(what, path)``, none of them one file twice):
+    its findings printed by `_finish`, bad input as `_bad`."""
+    from spectally.engine_bridge.importers.inputs import refuse_repeats
+
     try:
+        refuse_repeats(inputs)
         findings = check()
     except BadInput as exc:
         _bad(exc)
         return
     _finish(findings, as_json, not quiet)
+
+
+def _named(what: str, files: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """``("LOG 2", path)`` for each of several arguments, ``("LOG", path)`` for one."""
+    if len(files) == 1:
+        return [(what, files[0])]
+    return [(f"{what} {i}", path) for i, path in enumerate(files, start=1)]
 
 
 _json = click.option("--json", "as_json", is_flag=True, help="print findings as JSON")
@@ -281,7 +297,9 @@ def prometheus_cmd(files: tuple[str, ...], as_json: bool, quiet: bool) -> None:
     scrapes."""
     from spectally.engine_bridge.importers import prometheus
 
-    _run_import(lambda: prometheus.check_files(list(files)), as_json, quiet)
+    _run_import(
+        lambda: prometheus.check_files(list(files)), as_json, quiet, _named("SCRAPE", files)
+    )
 
 
 @import_group.command("logs", epilog=IMPORT_EXIT_HELP)
@@ -300,7 +318,8 @@ def logs_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, quiet: 
     names its layout."""
     from spectally.engine_bridge.importers import logs
 
-    _run_import(lambda: logs.check_files(list(files), metrics), as_json, quiet)
+    inputs = [*_named("LOG", files), ("--metrics", metrics)]
+    _run_import(lambda: logs.check_files(list(files), metrics), as_json, quiet, inputs)
 
 
 @import_group.command("requests", epilog=IMPORT_EXIT_HELP)
@@ -319,7 +338,10 @@ def requests_cmd(files: tuple[str, ...], metrics: str | None, as_json: bool, qui
     from spectally.engine_bridge.importers import requests
     from spectally.engine_bridge.replay.detailed import replay_requests
 
-    _run_import(lambda: requests.check_files(list(files), metrics, replay_requests), as_json, quiet)
+    inputs = [*_named("JSON", files), ("--metrics", metrics)]
+    _run_import(
+        lambda: requests.check_files(list(files), metrics, replay_requests), as_json, quiet, inputs
+    )
 
 
 for _sub in (llamacpp_cmd, sglang_cmd, trtllm_cmd):

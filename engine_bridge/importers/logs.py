@@ -42,12 +42,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..steplog.limits import MAX_K, digits_too_long
 from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding, Totals
+from .inputs import refuse_second
 from .log_layouts import LAYOUTS, MARKERS, Departure, Layout, Parsed, find_marker, match
 
 MARKER = "SpecDecoding metrics:"
@@ -324,13 +326,17 @@ def read_lines(path: str) -> list[LogLine]:
     """Every spec-decode metrics line of a log (read through `source`: path or -, gzip, strict
     UTF-8, bounded lines: an endless line ends at the line limit). An empty input, or one
     without such a line, is `BadInput`: it has nothing to check, and exit 0 would claim it was
-    checked."""
+    checked; so is a timestamped line that repeats an earlier one exactly (one process prints
+    one line per interval, at its own time: a copy would count the interval twice)."""
     out: list[LogLine] = []
     seen = 0
     engines: dict[str, str] = {}  # per process, the engine of its last "Engine NNN:" line
+    stamped: dict[Hashable, int] = {}  # each timestamped metrics line, where it first stood
     for lineno, text in iter_text_lines(path):
         seen = lineno
         parsed = parse_line(path, lineno, text)
+        if parsed is not None and parsed.stamp is not None:
+            refuse_second(stamped, text, path, lineno, _repeated_line)
         if parsed is not None:
             engine = engines.get(parsed.origin, "")
             out.append(replace(parsed, engine=engine) if engine else parsed)
@@ -350,6 +356,13 @@ def read_lines(path: str) -> list[LogLine]:
             " stats logging on prints one per interval)",
         )
     return out
+
+
+def _repeated_line(first: int) -> str:
+    return (
+        f"this line repeats line {first} exactly, its process and timestamp included: a log"
+        " appended to itself? Its intervals would be counted twice; keep one copy"
+    )
 
 
 def mean_offset(x: LogLine) -> int | None:
@@ -678,9 +691,17 @@ def _file_totals(lines: list[LogLine]) -> Totals:
 def _reconcile(lines: list[LogLine], metrics: str) -> Finding:
     """Σ logged Accepted / Drafted (and Verified, where both print it) against the final
     Prometheus counters."""
-    from .prometheus import read_scrapes, spec_totals, verified_total
+    from .prometheus import (
+        ACCEPTED,
+        DRAFT_TOKENS,
+        read_scrapes,
+        require_counters,
+        spec_totals,
+        verified_total,
+    )
 
     last = read_scrapes([metrics])[-1]
+    require_counters(last, (DRAFT_TOKENS, ACCEPTED), "--metrics")
     k = max((len(x.per_pos or ()) for x in lines), default=1)
     _, tokens, accepted, _ = spec_totals(last, k)
     dr, ver, acc = log_totals(lines)

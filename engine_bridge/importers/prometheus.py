@@ -17,27 +17,31 @@ replica. Both spellings are read as the vLLM names; each replica is its own labe
 
 A file holds one or many scrapes; a scrape starts again where a ``# HELP`` or ``# TYPE`` line
 repeats a metric already seen in the current scrape (what concatenated ``curl /metrics`` output
-looks like). Samples are parsed with ``prometheus_client.parser.text_string_to_metric_families``
-line by line, so each value keeps its line number.
+looks like), or after OpenMetrics' ``# EOF``. A series twice in one scrape is bad input naming
+both lines (one value would hide the other; Prometheus refuses such a scrape). Samples are
+parsed with ``prometheus_client.parser.text_string_to_metric_families`` line by line, so each
+value keeps its line number.
 
-Checks, per scrape and label set (the granularity these counters have): accepted <= drafted
-(with the verified counter: drafted >= verified >= accepted),
-Σ per-position accepted == accepted, per-position non-increasing, per-position[0] <= num_drafts,
-accepted and drafted <= k · num_drafts; across consecutive scrapes: every counter is monotone
-and the same invariants hold for the interval deltas. A counter goes back only when its process
-restarts: a decrease with a new ``_created`` timestamp, or with no ``_created`` sample to tell
-(Ray's exporter writes none), is a reset, reported as a note; a decrease while ``_created`` stays
-the same is a violation. A series its ``# TYPE`` line declares a gauge is a level, not a running
-total: it is neither required to be monotone nor differenced between scrapes, and the messages
-say which kind each series is. Counts print as exact integers. Each file ends with one ``ok``
-``counter totals`` finding: its last scrape's counters summed over label sets (``totals`` in
+Checks, per scrape and label set (the granularity these counters have): accepted <= drafted (with
+the verified counter: drafted >= verified >= accepted), Σ per-position accepted == accepted,
+per-position non-increasing, per-position[0] <= num_drafts, accepted and drafted <= k · num_drafts;
+across consecutive scrapes: every counter is monotone and the same invariants hold for the interval
+deltas. A counter goes back only when its process restarts: a decrease with a new ``_created``
+timestamp, or with no ``_created`` sample to tell (Ray's exporter writes none), is a reset,
+reported as a note; a decrease while ``_created`` stays the same is a violation. A check is left
+out where a counter it reads is not in the scrape (the "missing counters" note names it), and an
+interval where one scrape lacks a counter the other has (a scrape cut short or filtered) is noted,
+not differenced with 0 in its place. A series its ``# TYPE`` line declares a gauge is a level, not
+a running total: it is neither required to be monotone nor differenced between scrapes, and the
+messages say which kind each series is. Counts print as exact integers. Each file ends with one
+``ok`` ``counter totals`` finding: its last scrape's counters summed over label sets (``totals`` in
 the JSON: spec_steps, drafted, verified or null, accepted, accepted_per_pos).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,6 +50,7 @@ from prometheus_client.samples import Sample
 from ..steplog.limits import MAX_INT, MAX_K
 from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding, Totals
+from .inputs import refuse_second
 
 PREFIX = "vllm:spec_decode_"
 # the same names served through Ray Serve: sanitized to [a-zA-Z0-9_] and prefixed "ray_"
@@ -71,10 +76,11 @@ class Series:
     scalars: dict[str, tuple[float, int]] = field(default_factory=dict)
     created: dict[str, float] = field(default_factory=dict)
     per_pos: dict[int, tuple[float, int]] = field(default_factory=dict)
+    first: int = 0  # the line of its first sample (a ``_created`` one included)
 
     def line(self) -> int:
         lines = [ln for _, ln in self.scalars.values()] + [ln for _, ln in self.per_pos.values()]
-        return min(lines) if lines else 0
+        return min(lines) if lines else self.first
 
     def positions(self) -> list[int]:
         if not self.per_pos:
@@ -111,8 +117,9 @@ def _base(sample_name: str) -> tuple[str, str]:
 def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
     """Every scrape of every file, in order (each read through `source`: path or -, gzip, strict
     UTF-8, bounded lines). Malformed sample lines, samples beyond docs/limits.md (a non-finite
-    or huge counter, a position >= MAX_K) and a file without any spec-decode sample raise
-    `BadInput`."""
+    or huge counter, a position >= MAX_K), a per-position sample whose position is no index
+    (``x``, ``-1``, ``01``, none), a series twice in one scrape and a file without any
+    spec-decode sample raise `BadInput`."""
     scrapes: list[Scrape] = []
     for path in paths:
         if not _read_into(scrapes, path, iter_text_lines(path)):
@@ -148,11 +155,17 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
     """Append the scrapes of one file's ``lines``; whether it had any spec-decode sample."""
     current: Scrape | None = None
     seen_meta: set[tuple[str, str]] = set()
+    # the current scrape's series, each with its first line: a second is refused
+    seen: dict[Hashable, int] = {}
     types: dict[str, str] = {}
     found = False
     for lineno, raw in lines:
         line = raw.strip()
         if not line:
+            continue
+        if line == "# EOF":  # OpenMetrics: the end of one exposition
+            current = None
+            seen_meta = set()
             continue
         if line.startswith("#"):
             parts = line.split(None, 3)
@@ -168,14 +181,37 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
         if current is None:
             current = Scrape(path, lineno, len(scrapes), types=types)
             scrapes.append(current)
+            seen = {}
         if not line.startswith(PREFIXES):
             continue
         for sample in samples_of_line(path, lineno, line):
             labels = dict(sample.labels)
             _check_sample(path, lineno, raw, sample.name, labels, sample.value)
+            _check_repeat(seen, path, lineno, sample.name, labels)
             _add_sample(current, sample.name, labels, sample.value, lineno)
             found = True
     return found
+
+
+def _check_repeat(
+    seen: dict[Hashable, int], path: str, lineno: int, name: str, labels: dict[str, str]
+) -> None:
+    """Refuse a series the scrape already holds: one value would silently hide the other
+    (Prometheus refuses such a scrape too)."""
+    pairs = tuple(sorted(labels.items()))
+    shown = "{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}"
+    refuse_second(
+        seen,
+        (canonical(name), pairs),
+        path,
+        lineno,
+        lambda first: (
+            f"{name}{shown} appears twice in one scrape (first at line {first}): one"
+            " value would hide the other. Two scrapes pasted together without their # HELP / # TYPE"
+            " lines? Keep those lines (or end each scrape with # EOF): they mark where a scrape"
+            " starts"
+        ),
+    )
 
 
 def samples_of_line(path: str, lineno: int, line: str) -> list[Sample]:
@@ -210,6 +246,19 @@ def _check_sample(
                 f"{name} = {value!r} exceeds the limit 2**63 - 1 (docs/limits.md)",
             )
     position = labels.get("position")
+    if canonical(name) == PER_POS + "_total" and not _is_index(position):
+        at = raw.find("position=")
+        raise BadInput(
+            path,
+            lineno,
+            at + 1 if at >= 0 else 1,
+            f"{name} with position={position!r}: a per-position sample names its draft"
+            " position as vLLM does, 0, 1, 2, ... (without it the sample would be dropped and"
+            " the checks run on the other positions)"
+            if position is not None
+            else f"{name} without a position label: vLLM labels each per-position sample with"
+            " its draft position (0, 1, 2, ...)",
+        )
     if (
         position is not None
         and position.isascii()
@@ -223,6 +272,16 @@ def _check_sample(
             at + 1 if at >= 0 else 1,
             f"position {position[:20]} is beyond k <= {MAX_K} (docs/limits.md)",
         )
+
+
+def _is_index(position: str | None) -> bool:
+    """Whether a position label is one vLLM writes: ``str(i)`` of an index i >= 0."""
+    return (
+        position is not None
+        and position.isascii()
+        and position.isdigit()
+        and (position == "0" or not position.startswith("0"))
+    )
 
 
 def count(value: float) -> str:
@@ -246,7 +305,7 @@ def _add_sample(scrape: Scrape, name: str, labels: dict[str, str], value: float,
     base, suffix = _base(canonical(name))
     position = labels.pop("position", None)
     key: Labels = tuple(sorted(labels.items()))
-    series = scrape.series.setdefault(key, Series(key))
+    series = scrape.series.setdefault(key, Series(key, first=line))
     if suffix == "_created":
         series.created[base] = value
         return
@@ -274,6 +333,23 @@ def spec_totals(
         for i, v in enumerate(series.positions()[:k]):
             per_pos[i] += v
     return drafts, tokens, accepted, per_pos
+
+
+def require_counters(scrape: Scrape, names: Iterable[str], what: str) -> None:
+    """`BadInput` at the scrape where a label set lacks one of the counters ``names`` (vLLM's
+    names; `PER_POS`: no position at all): sums reconciled with a counter it does not hold would
+    be compared with 0. ``what`` names the option that gave the scrape."""
+    for series in scrape.series.values():
+        lacks = [n for n in names if not (series.per_pos if n == PER_POS else n in series.scalars)]
+        if lacks:
+            raise BadInput(
+                scrape.path,
+                series.line() or scrape.line,
+                1,
+                f"{what}: scrape {scrape.index + 1} {series.name()} has no"
+                f" {', '.join(n + '_total' for n in lacks)}: nothing to reconcile the sums with"
+                " (a scrape cut short, or filtered?)",
+            )
 
 
 def verified_total(scrape: Scrape, engine: str | None = None) -> int | None:
@@ -412,6 +488,25 @@ def _totals(scrape: Scrape) -> Totals:
     )
 
 
+# the counters each check of `_invariants` reads: a check is left out where one is not in the
+# scrape (a cut or filtered scrape), not computed with 0 in its place
+NEEDS = {
+    "accepted<=drafted": {ACCEPTED, DRAFT_TOKENS},
+    "verified<=drafted": {DRAFT_TOKENS},
+    "accepted<=verified": {ACCEPTED},
+    "sum(per_pos)==accepted": {ACCEPTED},
+    "per_pos[0]<=num_drafts": {DRAFTS},
+    "drafted<=k*num_drafts": {DRAFT_TOKENS, DRAFTS},
+}
+
+
+def _readable(
+    results: list[tuple[str, str | None]], missing: set[str]
+) -> list[tuple[str, str | None]]:
+    """The checks of ``results`` whose counters are all there."""
+    return [(c, why) for c, why in results if not NEEDS.get(c, set()) & missing]
+
+
 def _values(series: Series) -> tuple[float, float, float]:
     return (
         series.scalars.get(DRAFTS, (0.0, 0))[0],
@@ -456,7 +551,8 @@ def _check_series(scrape: Scrape, series: Series) -> list[Finding]:
     drafts, tokens, accepted = _values(series)
     per_pos = series.positions()
     verified = _verified(series)
-    results = _invariants(drafts, tokens, accepted, per_pos, verified)
+    missing_set = {n for n in SCALARS if n not in series.scalars}
+    results = _readable(_invariants(drafts, tokens, accepted, per_pos, verified), missing_set)
     verified_line = series.scalars.get(VERIFIED, (0.0, series.line()))[1]
     line_of = {
         "accepted<=drafted": series.scalars.get(ACCEPTED, (0.0, series.line()))[1],
@@ -551,6 +647,21 @@ def _decrease(s1: Scrape, a: Series, b: Series, where: str) -> Finding | None:
 def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[Finding]:
     """The counter invariants over the deltas from ``a`` to ``b``: a violation per broken one,
     else one ok with the interval's growth."""
+    lost = sorted(
+        {n for n in (*SCALARS, VERIFIED) if (n in a.scalars) != (n in b.scalars)}
+        | {f"{PER_POS}[{i}]" for i in set(a.per_pos) ^ set(b.per_pos)}
+    )
+    if lost:  # a delta against a counter one scrape lacks would be a guess
+        return [
+            Finding(
+                s1.path,
+                b.line(),
+                NOTE,
+                "interval not checked",
+                f"{where}: {', '.join(lost)} in one scrape but not the other (a scrape cut"
+                " short, or filtered): no interval to difference",
+            )
+        ]
     d0, t0, a0 = _values(a)
     d1, t1, a1 = _values(b)
     p0, p1 = a.positions(), b.positions()
@@ -560,7 +671,8 @@ def _interval_invariants(s1: Scrape, a: Series, b: Series, where: str) -> list[F
     delta_pos = [y - x for x, y in zip(p0, p1, strict=True)]
     v0, v1 = _verified(a), _verified(b)
     delta_verified = None if v0 is None or v1 is None else v1 - v0
-    results = _invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos, delta_verified)
+    missing = {n for n in SCALARS if n not in b.scalars}
+    results = _readable(_invariants(d1 - d0, t1 - t0, a1 - a0, delta_pos, delta_verified), missing)
     bad = [(c, why) for c, why in results if why is not None]
     if bad:
         return [

@@ -14,9 +14,10 @@ none), ``num_spec_tokens``; ``detailed`` adds ``per_step_accepted`` / ``per_step
 which are replayed one legacy block per entry (`replay_steps`: through a reference engine of
 the request's own; `spectally import requests` runs replay/detailed.py, the same rules over
 columns with this as its fallback), and whose per-request legacy counters must equal the
-summary fields. Σ over requests reconciles with the Prometheus
-totals (num_spec_steps ↔ num_drafts, num_draft_tokens, num_accepted_draft_tokens ↔
-num_accepted_tokens, histogram tails ↔ per-position accepted).
+summary fields. A request twice in one file (its id and its metrics the same: a dump appended
+to itself) is bad input; two requests that share only an id are two. Σ over requests reconciles
+with the Prometheus totals (num_spec_steps ↔ num_drafts, num_draft_tokens,
+num_accepted_draft_tokens ↔ num_accepted_tokens, histogram tails ↔ per-position accepted).
 """
 
 from __future__ import annotations
@@ -63,14 +64,16 @@ class RequestMetrics:
     line: int
     request: str
     metrics: dict[str, Any]
+    named: bool = True  # the record names its request (else ``request`` is "line N")
 
 
-def _values(path: str, text: str) -> list[tuple[int, Any]]:
+def json_values(path: str, text: str, *, allow_nan: bool = True) -> list[tuple[int, Any]]:
     """(line, JSON value) for a JSON document, the items of a top-level array, or NDJSON.
 
     Strict JSON (`source.strict_raw_decode`: no duplicate keys, integers within 2**63 - 1) but
-    NaN and Infinity are read as floats: Python's json.dumps writes them, so a vLLM dump may hold
-    one, and a NaN mean length is the engine's violation to report, not unreadable input."""
+    NaN and Infinity are read as floats unless ``allow_nan`` is false: Python's json.dumps
+    writes them, so a vLLM dump may hold one, and a NaN mean length is the engine's violation
+    to report, not unreadable input."""
     if text.count("[") + text.count("{") > MAX_DEPTH:
         at = too_deep(text)
         if at is not None:
@@ -88,12 +91,12 @@ def _values(path: str, text: str) -> list[tuple[int, Any]]:
                 raise BadInput(path, line, col, "unterminated JSON array")
             if text[i] == "]":
                 return out
-            value, end = strict_raw_decode(path, text, i, allow_nan=True)
+            value, end = strict_raw_decode(path, text, i, allow_nan=allow_nan)
             out.append((line_of(i), value))
             i = end
     values: list[tuple[int, Any]] = []
     while i < len(text):
-        value, end = strict_raw_decode(path, text, i, allow_nan=True)
+        value, end = strict_raw_decode(path, text, i, allow_nan=allow_nan)
         values.append((line_of(i), value))
         i = _skip(_BLANK, text, end)
     return values
@@ -134,17 +137,42 @@ def extract(path: str, line: int, value: Any) -> list[RequestMetrics]:
             m = completion.get("spec_decode_metrics") if isinstance(completion, dict) else None
             if m is not None:
                 name = rid if len(value["outputs"]) == 1 else f"{rid}[{j}]"
-                out.append(RequestMetrics(path, line, name, m))
+                out.append(RequestMetrics(path, line, name, m, "request_id" in value))
         return out
     metrics = value.get("metrics")
     if isinstance(metrics, dict) and "speculative_decoding" in metrics:
         m = metrics["speculative_decoding"]
         if m is not None:
-            out.append(RequestMetrics(path, line, str(value.get("id", f"line {line}")), m))
+            rid = str(value.get("id", f"line {line}"))
+            out.append(RequestMetrics(path, line, rid, m, "id" in value))
         return out
     if "num_spec_steps" in value:
-        out.append(RequestMetrics(path, line, str(value.get("request_id", f"line {line}")), value))
+        rid = str(value.get("request_id", f"line {line}"))
+        out.append(RequestMetrics(path, line, rid, value, "request_id" in value))
     return out
+
+
+def _refuse_repeated_ids(found: list[RequestMetrics]) -> None:
+    """`BadInput` at the second of two requests of one file with the same id and the same
+    metrics: one request twice (a dump appended to itself) would enter every sum twice. Two
+    requests that share an id but not their metrics (a client reusing its own request ids)
+    are two requests."""
+    seen: dict[str, list[RequestMetrics]] = {}
+    for r in found:
+        if not r.named:
+            continue
+        same = seen.setdefault(r.request, [])
+        twin = next((o for o in same if o.metrics == r.metrics), None)  # compared on an id clash
+        if twin is not None:
+            raise BadInput(
+                r.path,
+                r.line,
+                1,
+                f"request {r.request!r} appears twice in this file, the same metrics both times"
+                f" (first at line {twin.line}): counted twice, every sum would be off. A dump"
+                " appended to itself? Keep one copy",
+            )
+        same.append(r)
 
 
 def read_requests(paths: list[str]) -> list[RequestMetrics]:
@@ -154,9 +182,10 @@ def read_requests(paths: list[str]) -> list[RequestMetrics]:
     out: list[RequestMetrics] = []
     for path in paths:
         found: list[RequestMetrics] = []
-        values = _values(path, read_text(path))
+        values = json_values(path, read_text(path))
         for line, value in values:
             found.extend(extract(path, line, value))
+        _refuse_repeated_ids(found)
         if not found:
             first = values[0][1] if values else None
             hint = (
@@ -458,10 +487,11 @@ def check_files(
 
 def reconcile(requests: list[RequestMetrics], metrics: str) -> list[Finding]:
     """Σ per-request metrics against the final Prometheus totals (vLLM documents equality)."""
-    from .prometheus import read_scrapes, spec_totals
+    from .prometheus import PER_POS, SCALARS, read_scrapes, require_counters, spec_totals
 
     last = read_scrapes([metrics])[-1]
     k = max(r.metrics["num_spec_tokens"] for r in requests)
+    require_counters(last, (*SCALARS, PER_POS) if k else SCALARS, "--metrics")
     drafts, tokens, acc, per_pos = spec_totals(last, k)
     s_steps = sum(r.metrics["num_spec_steps"] for r in requests)
     s_dr = sum(r.metrics["num_draft_tokens"] for r in requests)

@@ -19,7 +19,9 @@ SGLang reports acceptance three ways (engine_bridge/engines.py ``SGLANG`` cites 
   d, ``spec_accept_rate`` = correct / proposed, ``spec_accept_length`` = completion_tokens /
   verify_ct, and ``spec_correct_drafts_histogram`` (steps by correct drafts); earlier releases
   name the counts ``spec_accept_token_num`` / ``spec_draft_token_num`` (sgl-project/sglang#13754).
-  These identities are exact (the JSON carries Python's float repr), and each is checked.
+  These identities are exact (the JSON carries Python's float repr), and each is checked; a
+  ratio or histogram of the wrong type is bad input, and so is a file in which no response
+  has ``spec_verify_ct`` (nothing to check).
 
 `SOURCE_PIN` hashes the text of the functions that compute these figures in the released
 wheel (`pin_mismatches` says which moved or changed); tests/importers/test_sglang.py executes
@@ -39,9 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..steplog.limits import MAX_INT
-from ..steplog.source import BadInput, iter_text_lines, strict_loads
+from ..steplog.source import BadInput, iter_text_lines
 from .findings import NOTE, OK, VIOLATION, Finding
 from .prometheus import samples_of_line
+from .requests import json_values
 
 VERSION = "0.5.23"
 HALF_ULP = 0.005  # :.2f
@@ -274,13 +277,9 @@ def _field(meta: dict[str, Any], name: str) -> Any:
 
 
 def _meta_items(path: str, text_lines: Lines) -> list[tuple[int, dict[str, Any]]]:
-    whole = "\n".join(t for _, t in text_lines).strip()
-    items: list[tuple[int, Any]] = []
-    if whole.startswith("["):
-        value = strict_loads(path, 1, whole)
-        items = [(1, v) for v in value]
-    else:
-        items = [(no, strict_loads(path, no, t)) for no, t in text_lines if t.strip()]
+    """(line, meta_info) of each response of a JSON list or NDJSON, at the line it starts on."""
+    whole = "".join(t + "\n" for _, t in text_lines)
+    items = json_values(path, whole, allow_nan=False)
     out = []
     for no, obj in items:
         meta = obj.get("meta_info", obj) if isinstance(obj, dict) else None
@@ -297,6 +296,25 @@ def _int_field(path: str, no: int, meta: dict[str, Any], name: str) -> int | Non
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_INT:
         raise BadInput(path, no, 1, f"{name} {value!r} is not a count")
     return value
+
+
+RATIOS = ("spec_accept_rate", "spec_accept_length")
+
+
+def _float_field(path: str, no: int, meta: dict[str, Any], name: str) -> float | None:
+    """A ratio field: None where absent; a number that is no float (a string, a bool) is bad
+    input, not a field left unchecked."""
+    value = meta.get(name)
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise BadInput(path, no, 1, f"{name} {value!r} is not a number")
+    return float(value)
+
+
+def _counts(value: Any) -> bool:
+    """A list of ints >= 0 within the count limit (bool is no count here)."""
+    return isinstance(value, list) and all(type(h) is int and 0 <= h <= MAX_INT for h in value)
 
 
 def _ratio(
@@ -321,6 +339,15 @@ def check_meta(path: str, d: int | None, lines: Lines) -> list[Finding]:
     items = _meta_items(path, lines)
     if not items:
         raise BadInput(path, 1, 1, "empty input: no response to check")
+    if not any(_field(meta, "spec_verify_ct") is not None for _, meta in items):
+        raise BadInput(
+            path,
+            1,
+            1,
+            f"no response with spec_verify_ct in {len(items)}: nothing to check (SGLang adds"
+            " it to meta_info with speculative decoding on; vLLM's per-request metrics are"
+            " `spectally import requests`, llama-server's timings `import llamacpp --responses`)",
+        )
     for no, meta in items:
         verify = _int_field(path, no, meta, "spec_verify_ct")
         if verify is None:
@@ -329,7 +356,7 @@ def check_meta(path: str, d: int | None, lines: Lines) -> list[Finding]:
         correct = _int_field(path, no, meta, "spec_num_correct_drafts")
         proposed = _int_field(path, no, meta, "spec_num_proposed_drafts")
         completion = _int_field(path, no, meta, "completion_tokens")
-        rate, length = meta.get("spec_accept_rate"), meta.get("spec_accept_length")
+        rate, length = (_float_field(path, no, meta, n) for n in RATIOS)
         rid = meta.get("id", f"response at line {no}")
         bad: list[tuple[str, str]] = []
         said: list[str] = []
@@ -349,13 +376,17 @@ def check_meta(path: str, d: int | None, lines: Lines) -> list[Finding]:
         if correct is not None and proposed is not None:
             if correct > proposed:
                 bad.append(("correct <= proposed", f"{correct} correct > {proposed} proposed"))
-            if isinstance(rate, float | int) and proposed:
+            if rate is not None and proposed:
                 _ratio(bad, said, "spec_accept_rate", "correct / proposed", rate, correct, proposed)
-        if isinstance(length, float | int) and completion is not None and verify:
+        if length is not None and completion is not None and verify:
             what = "completion_tokens / verify_ct"
             _ratio(bad, said, "spec_accept_length", what, length, completion, verify)
         hist = meta.get("spec_correct_drafts_histogram")
-        if isinstance(hist, list) and all(isinstance(h, int) for h in hist):
+        if hist is not None and not _counts(hist):
+            raise BadInput(
+                path, no, 1, f"spec_correct_drafts_histogram {str(hist)[:60]} is no list of counts"
+            )
+        if hist is not None:
             if sum(hist) != verify:
                 bad.append(("histogram sums to verify_ct", f"Σ {sum(hist)} != {verify}"))
             weighted = sum(i * h for i, h in enumerate(hist))

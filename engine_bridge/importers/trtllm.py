@@ -13,30 +13,32 @@ stats, each with ``iter`` and ``specDecodingStats``.
 Checks per iteration: 0 <= accepted <= drafted, requests <= drafted (a request counts only with
 at least one draft token), requests > 0 when anything was drafted, acceptanceLength equal to
 (accepted + requests) / requests (doubles: within 1e-9 relative); over the file, the totals and
-the RFC figures they give (accepted / drafted; 1 + accepted / requests per step).
+the RFC figures they give (accepted / drafted; 1 + accepted / requests per step). A record that
+repeats an earlier one exactly (a dump appended to itself) is bad input: its iterations would
+enter the totals twice.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 from ..steplog.limits import MAX_INT
-from ..steplog.source import BadInput, iter_text_lines, strict_loads
+from ..steplog.source import BadInput, read_text, strict_loads
 from .findings import NOTE, OK, VIOLATION, Finding
+from .requests import json_values
 
 FIELDS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens")
 
 
 def _records(path: str) -> list[tuple[int, Any]]:
-    lines = list(iter_text_lines(path))
-    text = "\n".join(t for _, t in lines).strip()
-    if not text:
+    """(line, record) of a JSON list or NDJSON, each record at the line it starts on (a
+    pretty-printed list spans many), read as `requests.json_values` reads per-request JSON."""
+    text = read_text(path)
+    if not text.strip():
         raise BadInput(path, 1, 1, "empty input: no iteration stats")
-    if text.startswith("["):
-        value = strict_loads(path, 1, text)
-        return [(1, v) for v in value]
-    return [(no, strict_loads(path, no, t)) for no, t in lines if t.strip()]
+    return json_values(path, text, allow_nan=False)  # NaN: no count, no acceptanceLength
 
 
 def _count(path: str, no: int, spec: dict[str, Any], name: str) -> int:
@@ -46,16 +48,38 @@ def _count(path: str, no: int, spec: dict[str, Any], name: str) -> int:
     return value
 
 
+def _refuse_copy(copies: dict[str, int], path: str, no: int, rec: dict[str, Any]) -> None:
+    """`BadInput` at a record identical to an earlier one of the file, its ``iter`` included:
+    a dump appended to itself, whose iterations would enter the totals twice (after a restart
+    ``iter`` counts again, but the stats of a real iteration are never all the same)."""
+    if "iter" not in rec:
+        return
+    key = json.dumps(rec, sort_keys=True)
+    first = copies.get(key)
+    copies.setdefault(key, no)
+    if first is not None:
+        raise BadInput(
+            path,
+            no,
+            1,
+            f"iteration {rec['iter']!r} appears twice, the same record both times (first at"
+            f" line {first}): counted twice in the totals. A dump appended to itself? Keep one"
+            " copy",
+        )
+
+
 def check_files(paths: list[str]) -> list[Finding]:
     out: list[Finding] = []
     for path in paths:
         totals = [0, 0, 0]
         seen = 0
+        copies: dict[str, int] = {}  # each iteration record (as JSON) and its first line
         for no, rec in _records(path):
             if isinstance(rec, str):  # trtllm-serve may return each record JSON-encoded
                 rec = strict_loads(path, no, rec)
             if not isinstance(rec, dict):
                 raise BadInput(path, no, 1, "an iteration record that is not a JSON object")
+            _refuse_copy(copies, path, no, rec)
             spec = rec.get("specDecodingStats")
             if spec is None:
                 continue

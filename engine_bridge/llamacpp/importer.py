@@ -306,6 +306,14 @@ def read_responses(path: str) -> list[tuple[int, int]]:
                     items.append((no, json.loads(line, parse_int=as_int)))
                 except json.JSONDecodeError as exc:
                     raise BadInput(path, no, exc.colno, f"not JSON: {exc.msg}") from None
+    if not items:  # nothing to compare: not a run whose requests all agree
+        raise BadInput(
+            path,
+            1,
+            1,
+            "no responses (an empty file or list): --responses takes llama-server's replies,"
+            " a JSON list or one per line",
+        )
     out = []
     for no, resp in items:
         timings = resp.get("timings") if isinstance(resp, dict) else None
@@ -313,7 +321,7 @@ def read_responses(path: str) -> list[tuple[int, int]]:
             raise BadInput(path, no, 1, "a response without 'timings' (llama-server adds them)")
         if "draft_n" in timings:
             d, a = timings["draft_n"], timings.get("draft_n_accepted")
-            if not isinstance(d, int) or not isinstance(a, int) or not 0 <= a <= d:
+            if type(d) is not int or type(a) is not int or not 0 <= a <= d:  # bool: no count
                 raise BadInput(path, no, 1, f"bad draft_n / draft_n_accepted: {d!r} / {a!r}")
             out.append((d, a))
     return out
@@ -359,6 +367,17 @@ def import_log(
         _forward(delta, before, after, metrics_after or "")
     if k is None:
         k = max(len(delta.per_pos) if delta else 0, imp.max_drafted, 1)
+    elif after is not None and after.per_pos and len(after.per_pos) != k:
+        # the server sizes its per-position counter by its --spec-draft-n-max: a k of the
+        # option's own would pad the totals with positions it never reported, or drop some
+        raise BadInput(
+            metrics_after or "",
+            1,
+            1,
+            f"--draft-max {k}, but this scrape's per-position counter has"
+            f" {len(after.per_pos)} positions (llama-server sizes it by its --spec-draft-n-max):"
+            f" give {len(after.per_pos)}, or leave --draft-max out",
+        )
     result = Imported(_records(imp, k, spec_method), list(imp.divergences), replays=imp.replays)
     result.findings = summaries.check(parsed)
     for tid, task in imp.tasks.items():

@@ -11,8 +11,11 @@ line it is on.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
+from functools import partial
 
+from ..importers.inputs import refuse_second
 from ..importers.prometheus import samples_of_line
 from ..steplog.limits import MAX_INT, MAX_K
 from ..steplog.source import BadInput, iter_text_lines
@@ -50,11 +53,19 @@ def _count(path: str, line: int, value: float) -> int:
     return int(value)
 
 
+def _twice(name: str, first: int) -> str:
+    return (
+        f"{name} appears twice (first at line {first}): one value would hide the other; give"
+        " one /metrics scrape per file (two appended together?)"
+    )
+
+
 def read(path: str) -> SpecCounters:
     """The speculative counters of one /metrics scrape (exit 2 naming file:line if bad)."""
     values: dict[str, tuple[float, int]] = {}
     per_pos: dict[int, tuple[float, int]] = {}
     first_pos_line = 1
+    seen: dict[Hashable, int] = {}  # each series and the line of its sample
     # plain, gzip or -, bounded lines, strict UTF-8; each llamacpp:spec_decode_* sample line
     # parsed by the shared Prometheus reader, so every value keeps its line
     for lineno, raw in iter_text_lines(path):
@@ -63,6 +74,16 @@ def read(path: str) -> SpecCounters:
             continue
         for sample in samples_of_line(path, lineno, line):
             name = sample.name[len(PREFIX) :].removesuffix("_total")
+            labels = dict(sample.labels)
+            if labels.get("position", "").strip().lstrip("-").isdigit():  # "01" is position 1
+                labels["position"] = str(int(labels["position"]))
+            refuse_second(
+                seen,
+                (sample.name, tuple(sorted(labels.items()))),
+                path,
+                lineno,
+                partial(_twice, sample.name),
+            )
             if name == PER_POS:
                 first_pos_line = first_pos_line if per_pos else lineno
                 position = sample.labels.get("position", "")

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..steplog.limits import MAX_LINE_BYTES, digits_too_long, version_error
-from ..steplog.source import BadInput, close_stream, gzip_error, open_binary
+from ..steplog.source import BOM, BadInput, close_stream, gzip_error, open_binary
 
 SLOT = re.compile(r"slot\s+[^:|]*: id\s+(?P<slot>\d+) \| task (?P<task>-?\d+) \| (?P<msg>.*)$")
 ACCEPTED = re.compile(
@@ -77,6 +77,8 @@ def read_lines(path: str) -> Iterator[tuple[int, str]]:
             no += 1
             if len(raw) > MAX_LINE_BYTES:
                 raise BadInput(path, no, 1, f"line longer than {MAX_LINE_BYTES} bytes")
+            if no == 1 and raw.startswith(BOM):  # an editor's UTF-8 mark, as every reader drops
+                raw = raw[len(BOM) :]
             yield no, raw.decode("utf-8", errors="replace").rstrip("\r\n")
     finally:
         close_stream(stream)

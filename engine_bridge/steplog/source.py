@@ -5,7 +5,8 @@ What it guarantees, each failure a `BadInput` with ``file:line:column``:
 
 * a missing file, a directory, an unreadable file: ``cannot read: <why>`` (line 1);
 * gzip is recognised by its magic bytes; bz2, xz, zstd, zip and lz4 magic bytes get a plain
-  "not supported, decompress first" message instead of garbage; a corrupt or truncated gzip
+  "not supported, decompress first" message instead of garbage, and a UTF-16 or UTF-32
+  byte-order mark a "convert to UTF-8 first" one; a corrupt or truncated gzip
   stream (bad CRC, bad length, cut short, zlib error) is reported at the line it broke in;
 * every line at most ``limits.MAX_LINE_BYTES`` (read with a bounded ``readline``, so one huge
   line never sits in memory), strict UTF-8 (no surrogates), no byte-order mark except one at
@@ -63,6 +64,13 @@ OTHER_COMPRESSIONS = (
     (b"\x04\x22\x4d\x18", "lz4", "lz4 -dc"),
 )
 _GZIP_ERRORS = (EOFError, OSError, zlib.error)
+# Byte-order marks of the encodings a UTF-8 reader would read as garbage (UTF-32's first).
+UTF16_MARKS = (
+    (codecs.BOM_UTF32_LE, "UTF-32LE"),
+    (codecs.BOM_UTF32_BE, "UTF-32BE"),
+    (codecs.BOM_UTF16_LE, "UTF-16LE"),
+    (codecs.BOM_UTF16_BE, "UTF-16BE"),
+)
 
 
 def _cannot_read(path: str, exc: OSError) -> BadInput:
@@ -88,6 +96,16 @@ def open_binary(path: str) -> BinaryIO:
         raise _cannot_read(path, exc) from None
     if head[:2] == GZIP_MAGIC:
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    for mark, name in UTF16_MARKS:  # what Windows PowerShell's `>` writes
+        if head.startswith(mark):
+            close_stream(raw)
+            raise BadInput(
+                path,
+                1,
+                1,
+                f"{name} text (its byte-order mark): spectally reads UTF-8; convert it first"
+                f" (e.g. iconv -f {name[:6]} -t UTF-8 FILE | spectally ... -)",
+            )
     for magic, name, tool in OTHER_COMPRESSIONS:
         if head.startswith(magic):
             close_stream(raw)

@@ -107,3 +107,34 @@ def test_several_files_and_json(tmp_path: Path) -> None:
     assert res.exit_code == 2
     data = json.loads(res.stdout)
     assert [d["engine"] for d in data] == ["llama.cpp"]
+
+
+@pytest.mark.parametrize(
+    ("path", "layout"),
+    [
+        (
+            FIX / "vllm/serve-draft-noise05-k3-so-json.requests.jsonl",
+            "metrics.speculative_decoding",
+        ),
+        (FIX / "llamacpp/noise05.responses.json", "timings.draft_n"),
+    ],
+)
+def test_request_files_read_past_a_record_without_spec_fields(path: Path, layout: str) -> None:
+    """What `import requests` and `import llamacpp --responses` read is explained, also where
+    the first record has no spec-decode fields (vLLM's per-request metrics were refused as
+    unknown JSON; a llama-server response that drafted nothing came first)."""
+    code, out = explain(str(path))
+    assert code == 0, out
+    assert f"layout: {layout}" in out
+    if "vllm" in path.parts:
+        assert out.splitlines()[0].endswith("per-request spec-decode metrics (JSON) of vLLM")
+        assert "check it with: spectally import requests FILE" in out
+
+
+def test_bom_json_is_read(tmp_path: Path) -> None:
+    """A UTF-8 byte-order mark before JSON (every reader drops it) hid the JSON from explain."""
+    f = tmp_path / "bom.json"
+    f.write_bytes(b"\xef\xbb\xbf" + (FIX / "llamacpp/noise05.responses.json").read_bytes())
+    code, out = explain(str(f))
+    assert code == 0, out
+    assert "per-request responses (JSON) of llama.cpp" in out

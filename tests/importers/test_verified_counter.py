@@ -105,7 +105,7 @@ def test_a_consistent_patched_line_is_read_with_verified(tmp_path: Path) -> None
     x = logs.parse_line("x", 1, text)
     assert x is not None and x.layout.name == LAYOUT
     assert (x.drafted, x.verified, x.accepted) == (60, 45, 10)
-    found = findings_of(tmp_path, text, text)
+    found = findings_of(tmp_path, text, text.replace("10:00:00", "10:00:05"))  # 5 s later
     assert not violations(found)
     (ok,) = [f for f in found if f.check == "log line consistent" and f.line == 1]
     assert "Drafted 60 >= Verified 45 >= Accepted 10" in ok.message
