@@ -13,6 +13,7 @@ import json
 import math
 import os
 import queue
+import signal
 import subprocess
 import tempfile
 import threading
@@ -66,13 +67,14 @@ class Report:
         return out
 
     def conformant_level(self) -> str | None:
-        """The highest level n with every check of level <= n passing (None: not even L1)."""
+        """The highest level n with every check of level <= n passing, at least one each
+        (None: not even L1; a level no check ran, e.g. under --vector, is not established)."""
         if self.problem is not None:
             return None
         best: str | None = None
         summary = self.level_summary()
         for lv in LEVELS:
-            if summary[lv]["fail"] or summary[lv]["unsupported"]:
+            if summary[lv]["fail"] or summary[lv]["unsupported"] or not summary[lv]["pass"]:
                 break
             best = lv
         return best
@@ -128,7 +130,14 @@ class Report:
             s = summary[lv]
             met = not s["fail"] and not s["unsupported"]
             claimed_here = LEVELS.index(lv) <= LEVELS.index(claimed)
-            verdict = "pass" if met else ("FAIL" if claimed_here else "not met")
+            if not met:
+                verdict = "FAIL" if claimed_here else "not met"
+            elif self.problem is not None:
+                verdict = "not judged (the run broke)"  # its checks never all ran
+            elif not s["pass"]:
+                verdict = "not checked (no check of this level ran)"
+            else:
+                verdict = "pass"
             lines.append(
                 f"{lv}: {verdict} ({s['pass']} passed, {s['fail']} failed,"
                 f" {s['unsupported']} unsupported)"
@@ -307,8 +316,14 @@ def run(
     vectors = [v for v in doc["vectors"] if only is None or v["name"] in only]
     with tempfile.TemporaryFile() as err:
         try:
+            # Its own process group: a child it leaves behind (holding the stdout pipe open)
+            # is ended with it, so neither the reader nor closing the pipe waits on it.
             proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
             )
         except OSError as exc:
             report.problem = f"cannot start {command[0]!r}: {exc.strerror or exc}"
@@ -355,13 +370,18 @@ def run(
                         f"the implementation did not exit within {timeout:g} s of end of input"
                     )
         finally:
+            with contextlib.suppress(OSError):  # ProcessLookupError: the group is gone already
+                os.killpg(proc.pid, signal.SIGKILL)
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            for stream in (proc.stdin, proc.stdout):
-                with contextlib.suppress(OSError):
-                    stream.close()
             reader.join(timeout=5)
+            # A stream is closed only once its reader is done: closing a buffered stream that
+            # another thread is blocked reading waits for that read to return.
+            for stream in (proc.stdin, proc.stdout if not reader.is_alive() else None):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
             if report.problem is not None:
                 report.stderr_tail = _stderr_tail(err)
     return report

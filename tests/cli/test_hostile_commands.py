@@ -1,0 +1,72 @@
+"""Hostile option values and inputs on `conform`, `step` and the options of `replay`, through
+the real `spectally` command: no option value is an internal error or a hang, no run reports a
+verdict on what it did not check, and no log counts twice."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from spectally.commands import main
+from spectally.exit_codes import ExitCode
+
+ROOT = Path(__file__).parents[2]
+SYNC = ROOT / "tests" / "traces" / "agree" / "sync_basic.ndjson"
+REFERENCE = [sys.executable, "-m", "spectally.spec.conform_adapter"]
+
+
+def run(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_bad(result: Result, *words: str) -> str:
+    """Exit 2, no traceback, a stderr line holding every word; returns that line."""
+    assert result.exit_code == ExitCode.BAD_INPUT, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    assert "internal error" not in result.output
+    lines = [line for line in result.stderr.splitlines() if all(w in line for w in words)]
+    assert lines, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e308", "-1", "0", "x", ""])
+def test_conform_timeout_out_of_range_is_a_usage_error(value: str) -> None:
+    """nan passes every range comparison (and waited for ever on a silent implementation);
+    inf and 1e308 overflowed the clock (exit 70). A working implementation makes the refusal,
+    not the run, the reason for exit 2."""
+    assert_bad(
+        run("conform", "--timeout", value, "--vector", "chain-one-step", *REFERENCE), "--timeout"
+    )
+
+
+def test_conform_ends_a_child_that_holds_the_pipe(tmp_path: Path) -> None:
+    """An implementation that exits leaving a child with its stdout open: the kit reports the
+    hang after --timeout and ends the child (closing the pipe waited on the child: a hang)."""
+    pid_file = tmp_path / "child.pid"
+    result = run("conform", "--timeout", "1", "sh", "-c", f"sleep 600 & echo $! > {pid_file}")
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "run broken: no response to 'chain-one-step'" in result.stdout
+    # The kit returns only after the pipe's last writer exited: the child is gone or a zombie.
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")
+    state = stat.read_text().rsplit(")", 1)[1].split()[0] if stat.exists() else "gone"
+    assert state in ("Z", "X", "gone"), state
+
+
+def test_conform_broken_run_judges_no_level() -> None:
+    """A run that broke before any check says so per level, never `pass (0 passed ...)`."""
+    result = run("conform", "--timeout", "5", "sh", "-c", "echo garbage")
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert "pass" not in result.stdout.replace("0 passed", "")
+    assert "L1: not judged (the run broke)" in result.stdout
+
+
+def test_conform_a_level_without_vectors_is_not_checked() -> None:
+    """--vector of one L1 check: the levels no check ran are not checked, not passing."""
+    result = run("conform", "--level", "L1", "--vector", "refuse-negative", *REFERENCE)
+    assert result.exit_code == 0, result.output
+    assert "L1: pass (1 passed" in result.stdout
+    assert "L2: not checked (no check of this level ran)" in result.stdout
+    assert "L3: not checked (no check of this level ran)" in result.stdout
+    assert "conformant at: L1\n" in result.stdout  # not L3: nothing of L2 or L3 was checked
