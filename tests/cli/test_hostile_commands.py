@@ -70,3 +70,25 @@ def test_conform_a_level_without_vectors_is_not_checked() -> None:
     assert "L2: not checked (no check of this level ran)" in result.stdout
     assert "L3: not checked (no check of this level ran)" in result.stdout
     assert "conformant at: L1\n" in result.stdout  # not L3: nothing of L2 or L3 was checked
+
+
+@pytest.mark.parametrize("spelling", ["dot", "symlink", "stdin"])
+def test_replay_refuses_one_log_given_twice(tmp_path: Path, spelling: str) -> None:
+    """One log named twice (another spelling, a symlink, `-` twice) entered the fleet totals
+    twice (exit 0, every count doubled; with --metrics a fleet DIVERGE): refused, exit 2,
+    naming the second path, before any replay."""
+    first, second = str(SYNC), str(SYNC.parent / "." / SYNC.name)
+    if spelling == "symlink":
+        second = str(tmp_path / "link.ndjson")
+        Path(second).symlink_to(SYNC)
+    elif spelling == "stdin":
+        first = second = "-"
+    line = assert_bad(run("replay", "--jobs", "1", first, second), "given twice")
+    assert line.startswith(f"{second}:1:1: the same log as {first!r}")
+
+
+def test_replay_of_two_logs_still_merges() -> None:
+    other = SYNC.parent / "async_structured_outputs.ndjson"
+    result = run("replay", "--jobs", "1", SYNC, other)
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 logs agree with the reference" in result.stdout
