@@ -4,6 +4,7 @@ verdict on what it did not check, and no log counts twice."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -92,3 +93,52 @@ def test_replay_of_two_logs_still_merges() -> None:
     result = run("replay", "--jobs", "1", SYNC, other)
     assert result.exit_code == 0, result.output
     assert "2 of 2 logs agree with the reference" in result.stdout
+
+
+def _scrape(*series: tuple[str, str], counts: tuple[int, ...] = (5, 11, 6, 3, 2, 1)) -> str:
+    """A vLLM /metrics text: sync_basic.ndjson's counters under each (model_name, engine)."""
+    names = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+    lines = []
+    for model, engine in series:
+        labels = f'model_name="{model}",engine="{engine}"'
+        for name, value in zip(names, counts[:3], strict=True):
+            lines.append(f"vllm:spec_decode_{name}_total{{{labels}}} {value}")
+        for pos, value in enumerate(counts[3:]):
+            lines.append(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{pos}"}}'
+                f" {value}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _engine_0_log(tmp_path: Path) -> Path:
+    lines = SYNC.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["engine_index"] = 0
+    log = tmp_path / "engine0.ndjson"
+    log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    return log
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_replay_metrics_of_another_engine_is_bad_input(tmp_path: Path, reference: bool) -> None:
+    """A scrape with no series of the log's engine read as zeros: a `divergence (metrics)`
+    (exit 1) against a scrape that was never the log's, and AGREE for a log that counted
+    nothing. Now exit 2 at the scrape, naming the engine and the labels it has."""
+    log = _engine_0_log(tmp_path)
+    scrape = tmp_path / "engine1.prom"
+    scrape.write_text(_scrape(("m", "1")))
+    flags = ["--reference"] if reference else []
+    line = assert_bad(run("replay", log, "--metrics", scrape, *flags), "engine 0")
+    assert line.startswith(f"{scrape}:1:1: the last scrape has no spec-decode series of engine 0")
+    assert "its engine labels: 1" in line
+    scrape.write_text(_scrape(("m", "0")))  # the same counters under the log's engine: agree
+    assert run("replay", log, "--metrics", scrape, *flags).exit_code == 0
+
+
+def test_replay_metrics_of_two_models_is_bad_input(tmp_path: Path) -> None:
+    """Two servers' scrapes in one file (two model_name label sets for the log's engine) were
+    summed into a false divergence: exit 2 naming the models."""
+    scrape = tmp_path / "two.prom"
+    scrape.write_text(_scrape(("m", "0"), ("other", "0")))
+    assert_bad(run("replay", _engine_0_log(tmp_path), "--metrics", scrape), "2 models (m, other)")
