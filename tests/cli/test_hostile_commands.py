@@ -142,3 +142,24 @@ def test_replay_metrics_of_two_models_is_bad_input(tmp_path: Path) -> None:
     scrape = tmp_path / "two.prom"
     scrape.write_text(_scrape(("m", "0"), ("other", "0")))
     assert_bad(run("replay", _engine_0_log(tmp_path), "--metrics", scrape), "2 models (m, other)")
+
+
+@pytest.mark.parametrize(
+    ("option", "reason"),
+    [
+        ("--proposed", "proposed must be >= 0"),
+        ("--grammar-valid", "grammar-valid prefix must be >= 0"),
+        ("--scheduled", "schedule cap must be >= 0"),
+        ("--av-verify", "AV cap must be >= 0"),
+        ("--accepted", "accepted must be >= 0"),
+    ],
+)
+@pytest.mark.parametrize("value", ["-1", "-1000000000000000000000000000000"])
+def test_step_negative_count_is_the_only_reason(option: str, reason: str, value: str) -> None:
+    """`--proposed -1` also blamed the grammar-valid prefix, the schedule cap and the AV cap
+    the user never gave (they default to the proposal), and a negative cap blamed accepted:
+    now only the negative counts given are the reasons."""
+    counts = {"--proposed": "3", "--accepted": "0", option: value}
+    result = run("step", "--mode", "async", *[a for pair in counts.items() for a in pair])
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert result.stderr == f"spectally step: inadmissible input: {reason}\n"
