@@ -58,6 +58,9 @@ PROFILES = ("rfc", "vllm-legacy")
 class Export:
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0  # rfc: requests without a spec step (M1 undefined)
+    # The log ends before its totals record: why, as file:line: reason (None: complete). The
+    # records are still written (what was present agreed); the command says so and exits 3.
+    incomplete: str | None = None
 
 
 def histogram(spec_steps: int, accepted_prefix: list[int]) -> dict[int, int]:
@@ -106,7 +109,8 @@ def record(rc: RequestCounts, profile: str, engine: str) -> dict[str, Any] | Non
 def export(path: str, profile: str = "rfc", engine: str | None = None) -> Export:
     """Every request of a step log, as AIPerf records labelled with the header's engine
     (``engine`` overrides it). `BadInput` for a log the replay refuses, and for a log that
-    diverges from the reference: its counts are not the spec's, so nothing is exported."""
+    diverges from the reference: its counts are not the spec's, so nothing is exported. A log
+    without its totals record is exported with `Export.incomplete` saying so."""
     result = Export()
     timeline = replay_timeline(path, max_points=2)
     if timeline.divergence is not None:
@@ -116,6 +120,12 @@ def export(path: str, profile: str = "rfc", engine: str | None = None) -> Export
             1,
             f"the log diverges from the reference ({timeline.divergence}); run `spectally"
             " replay` on it: nothing exported",
+        )
+    if timeline.incomplete is not None:
+        active = sum(rc.status == "active" for rc in timeline.requests)
+        result.incomplete = (
+            f"{timeline.incomplete}: incomplete ({active} requests still active there: the"
+            " record of one holds its counts so far)"
         )
     for rc in timeline.requests:
         rec = record(rc, profile, engine or timeline.engine_name)

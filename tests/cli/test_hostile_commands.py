@@ -163,3 +163,42 @@ def test_step_negative_count_is_the_only_reason(option: str, reason: str, value:
     result = run("step", "--mode", "async", *[a for pair in counts.items() for a in pair])
     assert result.exit_code == ExitCode.BAD_INPUT, result.output
     assert result.stderr == f"spectally step: inadmissible input: {reason}\n"
+
+
+def _cut(tmp_path: Path, keep: int | None = None) -> Path:
+    """sync_basic.ndjson without its totals record (or only its first ``keep`` lines)."""
+    lines = SYNC.read_text().splitlines()
+    assert json.loads(lines[-1])["record"] == "totals"
+    log = tmp_path / "cut.ndjson"
+    log.write_text("\n".join(lines[:-1] if keep is None else lines[:keep]) + "\n")
+    return log
+
+
+@pytest.mark.parametrize("keep", [None, 1, 2])
+def test_export_aiperf_of_a_cut_log_says_so(tmp_path: Path, keep: int | None) -> None:
+    """A log without its totals record (header only, a request that never ends, a cut log)
+    exported its records with exit 0, unfinished requests' partial counts as if final: now
+    the records are written, the end of the log is named, and the exit is 3 (incomplete)."""
+    log = _cut(tmp_path, keep)
+    lines = len(log.read_text().splitlines())
+    result = run("export", "aiperf", log)
+    assert result.exit_code == ExitCode.INCOMPLETE, result.output
+    assert f"{log}:{lines}:1: the log ends before its totals record: incomplete (" in result.stderr
+    if keep is None:  # both requests ended before the cut: their records are all there
+        assert [json.loads(ln)["status"] for ln in result.stdout.splitlines()] == ["finished"] * 2
+    assert run("export", "aiperf", SYNC).exit_code == 0
+
+
+def test_rules_tests_from_a_cut_log_says_so(tmp_path: Path) -> None:
+    """rules --tests-from a log without its totals record: the files are written and the
+    exit is 3, naming where the log ends (it was exit 0)."""
+    log = _cut(tmp_path)
+    out = tmp_path / "rules"
+    result = run("rules", "--out", out, "--tests-from", log, "--tests-from", SYNC)
+    assert result.exit_code == ExitCode.INCOMPLETE, result.output
+    assert result.stderr.startswith(f"{log}:13:1: the log ends before its totals record")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "spectally-rules.yml",
+        "test-cut.yml",
+        "test-sync_basic.yml",
+    ]
