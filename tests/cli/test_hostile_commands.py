@@ -202,3 +202,21 @@ def test_rules_tests_from_a_cut_log_says_so(tmp_path: Path) -> None:
         "test-cut.yml",
         "test-sync_basic.yml",
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["replay", str(SYNC), "--html", ""], "--html"),
+        (["export", "aiperf", str(SYNC), "--out", ""], "--out"),
+        (["dashboard", "--out", ""], "--out"),
+        (["rules", "--out", ""], "--out"),
+    ],
+)
+def test_an_empty_output_path_is_refused_first(args: list[str], what: str) -> None:
+    """`--html ''` replayed every log, printed the verdict, then failed with ':1:1: cannot
+    write' (its temporary file made in the folder above the working one): refused before any
+    work, naming the option."""
+    result = run(*args)
+    assert_bad(result, f"'':1:1: {what} is an empty path: name a file")
+    assert "AGREE" not in result.stdout  # nothing was replayed
