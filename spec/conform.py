@@ -163,8 +163,9 @@ def load_vectors(path: Path | None = None) -> dict[str, Any]:
     p = path or VECTORS
     try:
         doc: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise KitFormatError(f"{p}: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8, JSON, ints
+        why = "not valid JSON: nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise KitFormatError(f"{p}: {why}") from exc
     err = best_match(Draft202012Validator(_schema(VECTORS_SCHEMA)).iter_errors(doc))
     if err is not None:
         where = "/".join(str(x) for x in err.absolute_path) or "(top)"
@@ -289,8 +290,9 @@ def _parse(line: bytes, want_id: str) -> dict[str, Any] | str:
         return f"a response line over {MAX_LINE} bytes"
     try:
         obj = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"a response that is not one JSON line ({exc}): {line[:120]!r}"
+    except (ValueError, RecursionError) as exc:  # ValueError: also an int past the digit limit
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return f"a response that is not one JSON line ({why}): {line[:120]!r}"
     if not isinstance(obj, dict):
         return f"a response that is not a JSON object: {line[:120]!r}"
     err = best_match(Draft202012Validator(_schema(PROTOCOL_SCHEMA)).iter_errors(obj))

@@ -377,8 +377,9 @@ def load(path: Path | str | None = None) -> dict[str, Any]:
     p = Path(path) if path is not None else VECTORS_PATH
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise VectorFormatError(f"{p}: not valid JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, an int past the limit
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise VectorFormatError(f"{p}: not valid JSON: {why}") from exc
     return validate(doc)
 
 

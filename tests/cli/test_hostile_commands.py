@@ -220,3 +220,34 @@ def test_an_empty_output_path_is_refused_first(args: list[str], what: str) -> No
     result = run(*args)
     assert_bad(result, f"'':1:1: {what} is an empty path: name a file")
     assert "AGREE" not in result.stdout  # nothing was replayed
+
+
+HOSTILE_JSON = {
+    "deep": ("[" * 100_000 + "]" * 100_000).encode(),
+    "wide int": b'{"version": ' + b"9" * 5000 + b"}",
+    "not UTF-8": b"\xff\xfe{}",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_JSON))
+@pytest.mark.parametrize("command", ["vectors --file", "conform --vectors"])
+def test_a_hostile_vectors_file_is_malformed(tmp_path: Path, case: str, command: str) -> None:
+    """Deep nesting, a 5,000-digit number or bytes that are not UTF-8 in a vectors file were
+    internal errors (RecursionError, ValueError, UnicodeDecodeError: exit 70)."""
+    path = tmp_path / "vectors.json"
+    path.write_bytes(HOSTILE_JSON[case])
+    tail = ["true"] if command.startswith("conform") else []
+    assert_bad(run(*command.split(), path, *tail), "malformed vectors file", str(path))
+
+
+@pytest.mark.parametrize("case", ["deep", "wide int"])
+def test_a_hostile_response_breaks_the_protocol(case: str) -> None:
+    """An implementation answering with deep nesting or a 5,000-digit number was an internal
+    error (exit 70): it is a response that breaks the protocol (exit 2)."""
+    body = {"deep": "'[' * 100_000 + ']' * 100_000", "wide int": "'{\"id\": ' + '9' * 5000 + '}'"}
+    script = f"import sys; sys.stdin.readline(); print({body[case]}, flush=True); sys.stdin.read()"
+    result = run("conform", "--timeout", "30", sys.executable, "-c", script)
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "run broken: protocol broken at 'chain-one-step': a response that is not" in (
+        result.stdout
+    )
