@@ -15,7 +15,6 @@ import os
 import queue
 import signal
 import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,11 +276,25 @@ class _Reader(threading.Thread):
         self.lines.put(None)
 
 
-def _stderr_tail(f: IO[bytes]) -> str:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(max(0, size - 2000))
-    return f.read().decode("utf-8", "replace").strip()
+class _Tail(threading.Thread):
+    """Reads the implementation's stderr to its end, keeping only the last `TAIL` bytes: an
+    implementation that floods stderr neither blocks on a full pipe nor fills a disk."""
+
+    TAIL = 2000
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.kept = bytearray()
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.fd, 65536):
+                self.kept += chunk
+                del self.kept[: -self.TAIL]
+
+    def text(self) -> str:
+        return bytes(self.kept).decode("utf-8", "replace").strip()
 
 
 def _parse(line: bytes, want_id: str) -> dict[str, Any] | str:
@@ -316,74 +329,79 @@ def run(
     report = Report(implementation=list(command), vectors_version=str(doc["version"]))
     tol = float(doc["float_tolerance"])
     vectors = [v for v in doc["vectors"] if only is None or v["name"] in only]
-    with tempfile.TemporaryFile() as err:
-        try:
-            # Its own process group: a child it leaves behind (holding the stdout pipe open)
-            # is ended with it, so neither the reader nor closing the pipe waits on it.
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            report.problem = f"cannot start {command[0]!r}: {exc.strerror or exc}"
-            return report
-        assert proc.stdin is not None and proc.stdout is not None
-        reader = _Reader(proc.stdout)
-        reader.start()
-        try:
-            for vec in vectors:
-                request = {
-                    "protocol": PROTOCOL,
-                    "id": vec["name"],
-                    "level": vec["level"],
-                    "input": vec["input"],
-                }
-                try:
-                    proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
-                    proc.stdin.flush()
-                except (BrokenPipeError, OSError):
-                    pass  # it exited: the read below says so
-                try:
-                    line = reader.lines.get(timeout=timeout)
-                except queue.Empty:
-                    report.problem = f"no response to {vec['name']!r} within {timeout:g} s (hang)"
-                    break
-                if line is None:
-                    code = proc.wait(timeout=timeout)
-                    report.problem = (
-                        f"the implementation exited (status {code}) before answering"
-                        f" {vec['name']!r} (crash)"
-                    )
-                    break
-                parsed = _parse(line, vec["name"])
-                if isinstance(parsed, str):
-                    report.problem = f"protocol broken at {vec['name']!r}: {parsed}"
-                    break
-                report.checks.extend(judge(vec, parsed, tol))
-            if report.problem is None:
-                proc.stdin.close()
-                try:
-                    proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    report.problem = (
-                        f"the implementation did not exit within {timeout:g} s of end of input"
-                    )
-        finally:
-            with contextlib.suppress(OSError):  # ProcessLookupError: the group is gone already
-                os.killpg(proc.pid, signal.SIGKILL)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            reader.join(timeout=5)
-            # A stream is closed only once its reader is done: closing a buffered stream that
-            # another thread is blocked reading waits for that read to return.
-            for stream in (proc.stdin, proc.stdout if not reader.is_alive() else None):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-            if report.problem is not None:
-                report.stderr_tail = _stderr_tail(err)
+    try:
+        # Its own process group: a child it leaves behind (holding the stdout pipe open)
+        # is ended with it, so neither the reader nor closing the pipe waits on it.
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        report.problem = f"cannot start {command[0]!r}: {exc.strerror or exc}"
+        return report
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    reader = _Reader(proc.stdout)
+    reader.start()
+    err = _Tail(proc.stderr.fileno())
+    err.start()
+    try:
+        for vec in vectors:
+            request = {
+                "protocol": PROTOCOL,
+                "id": vec["name"],
+                "level": vec["level"],
+                "input": vec["input"],
+            }
+            try:
+                proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass  # it exited: the read below says so
+            try:
+                line = reader.lines.get(timeout=timeout)
+            except queue.Empty:
+                report.problem = f"no response to {vec['name']!r} within {timeout:g} s (hang)"
+                break
+            if line is None:
+                code = proc.wait(timeout=timeout)
+                report.problem = (
+                    f"the implementation exited (status {code}) before answering"
+                    f" {vec['name']!r} (crash)"
+                )
+                break
+            parsed = _parse(line, vec["name"])
+            if isinstance(parsed, str):
+                report.problem = f"protocol broken at {vec['name']!r}: {parsed}"
+                break
+            report.checks.extend(judge(vec, parsed, tol))
+        if report.problem is None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                report.problem = (
+                    f"the implementation did not exit within {timeout:g} s of end of input"
+                )
+    finally:
+        with contextlib.suppress(OSError):  # ProcessLookupError: the group is gone already
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+        err.join(timeout=5)
+        # A stream is closed only once its reader is done: closing a buffered stream that
+        # another thread is blocked reading waits for that read to return.
+        for stream, done in ((proc.stdin, True), (proc.stdout, not reader.is_alive())):
+            if done:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if not err.is_alive():
+            with contextlib.suppress(OSError):
+                proc.stderr.close()
+        if report.problem is not None:
+            report.stderr_tail = err.text()
     return report

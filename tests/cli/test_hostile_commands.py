@@ -251,3 +251,21 @@ def test_a_hostile_response_breaks_the_protocol(case: str) -> None:
     assert "run broken: protocol broken at 'chain-one-step': a response that is not" in (
         result.stdout
     )
+
+
+def test_conform_keeps_only_the_tail_of_a_flood_of_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The implementation's stderr went to a temporary file, whole: one that floods stderr
+    while the kit waits --timeout seconds filled the disk at the pipe's speed. The kit now
+    keeps the last 2,000 bytes in memory: it runs with no temporary folder at all."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    script = "import sys; sys.stderr.write('x' * 5_000_000 + 'THE END'); sys.exit(3)"
+    result = run("conform", "--timeout", "30", sys.executable, "-c", script)
+    assert result.exit_code == ExitCode.BAD_INPUT, result.output
+    assert "exited (status 3) before answering" in result.stdout
+    tail = result.stdout.split("implementation's stderr (tail):\n", 1)[1].split("\n")[0]
+    assert tail.endswith("THE END")
+    assert 1000 < tail.count("x") <= 2000
