@@ -253,7 +253,8 @@ def export_group() -> None:
     type=click.Choice(("rfc", "vllm-legacy")),
     default="rfc",
     show_default=True,
-    help="whose counters: the RFC's, or vLLM <= 0.34's (equal to vLLM's own payload)",
+    help="whose counters: the RFC's, or the engine's own under the log's profile (vLLM <= 0.34:"
+    " equal to vLLM's own payload); each record's \"profile\" names the one used",
 )
 @click.option(
     "--out",
@@ -294,7 +295,7 @@ def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
         except BadInput as exc:
             _bad_input(str(exc))
     click.echo(
-        f"{len(result.records)} records ({profile})"
+        f"{len(result.records)} records ({result.profile})"
         + (f", {result.skipped} requests without a spec step skipped" if result.skipped else ""),
         err=True,
     )

@@ -269,3 +269,27 @@ def test_conform_keeps_only_the_tail_of_a_flood_of_stderr(
     tail = result.stdout.split("implementation's stderr (tail):\n", 1)[1].split("\n")[0]
     assert tail.endswith("THE END")
     assert 1000 < tail.count("x") <= 2000
+
+
+@pytest.mark.parametrize(
+    ("log", "label"),
+    [
+        (SYNC, "vllm-legacy"),
+        (ROOT / "tests" / "fixtures" / "llamacpp" / "mamba.steps.ndjson.gz", "llama.cpp"),
+        (
+            ROOT / "tests" / "fixtures" / "vllm" / "sim-vllm-0.34.0-sync-so-json-k4.ndjson.gz",
+            "vllm-0.34",
+        ),
+    ],
+)
+def test_export_aiperf_labels_the_engines_own_profile(log: Path, label: str) -> None:
+    """`export aiperf --profile vllm-legacy` of a llama.cpp log wrote llama.cpp's own counts
+    labelled "profile": "vllm-legacy" (a vLLM 0.34 log's likewise): each record now names the
+    profile its counts are under, and the summary line says it."""
+    result = run("export", "aiperf", log, "--profile", "vllm-legacy")
+    assert result.exit_code == 0, result.output
+    labels = {json.loads(line)["profile"] for line in result.stdout.splitlines()}
+    assert labels == {label}
+    assert f"records ({label})" in result.stderr
+    rfc = run("export", "aiperf", log)
+    assert {json.loads(line)["profile"] for line in rfc.stdout.splitlines()} == {"rfc"}
