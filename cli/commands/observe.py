@@ -130,6 +130,14 @@ def _rules_test(log: str, names: list[str] | None) -> tuple[str, str | None]:
     from spectally.engine_bridge.steplog.records import BadInput
 
     tl = replay_timeline(log)
+    if tl.engine_name != "vllm":  # its counts would be fed in under vLLM's series names
+        raise BadInput(
+            log,
+            1,
+            1,
+            f"a {tl.engine_name} log: --tests-from replays vLLM step logs into vLLM's series"
+            " names (vllm, rfc, backport schemes); no test written",
+        )
     if tl.divergence is not None:
         raise BadInput(
             log,

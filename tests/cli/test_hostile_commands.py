@@ -293,3 +293,13 @@ def test_export_aiperf_labels_the_engines_own_profile(log: Path, label: str) -> 
     assert f"records ({label})" in result.stderr
     rfc = run("export", "aiperf", log)
     assert {json.loads(line)["profile"] for line in rfc.stdout.splitlines()} == {"rfc"}
+
+
+def test_rules_tests_from_refuses_a_llamacpp_log(tmp_path: Path) -> None:
+    """A llama.cpp step log in --tests-from became a test feeding llama.cpp's counts in as
+    vllm:spec_decode_* series (exit 0), though the option replays vLLM logs only."""
+    log = ROOT / "tests" / "fixtures" / "llamacpp" / "mamba.steps.ndjson.gz"
+    out = tmp_path / "rules"
+    line = assert_bad(run("rules", "--out", out, "--tests-from", log), "a llama.cpp log")
+    assert line.startswith(f"{log}:1:1:")
+    assert not out.exists()
