@@ -1,6 +1,7 @@
-"""Hostile option values and inputs on `conform`, `step` and the options of `replay`, through
-the real `spectally` command: no option value is an internal error or a hang, no run reports a
-verdict on what it did not check, and no log counts twice."""
+"""Hostile option values and inputs on `conform`, `vectors`, `step`, `export aiperf`,
+`rules`, `dashboard` and the options of `replay`, through the real `spectally` command: no value
+is an internal error or a hang, no run reports a verdict on what it did not check, no log counts
+twice, and a cut log or a scrape of another server is said to be one."""
 
 from __future__ import annotations
 
@@ -9,27 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
-from spectally.commands import main
 from spectally.exit_codes import ExitCode
+from test_production_hostile import assert_bad, run
 
 ROOT = Path(__file__).parents[2]
 SYNC = ROOT / "tests" / "traces" / "agree" / "sync_basic.ndjson"
 REFERENCE = [sys.executable, "-m", "spectally.spec.conform_adapter"]
-
-
-def run(*args: str | Path) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def assert_bad(result: Result, *words: str) -> str:
-    """Exit 2, no traceback, a stderr line holding every word; returns that line."""
-    assert result.exit_code == ExitCode.BAD_INPUT, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    assert "internal error" not in result.output
-    lines = [line for line in result.stderr.splitlines() if all(w in line for w in words)]
-    assert lines, result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "1e308", "-1", "0", "x", ""])
@@ -222,20 +208,20 @@ def test_an_empty_output_path_is_refused_first(args: list[str], what: str) -> No
     assert "AGREE" not in result.stdout  # nothing was replayed
 
 
-HOSTILE_JSON = {
+HOSTILE_DOCUMENTS = {
     "deep": ("[" * 100_000 + "]" * 100_000).encode(),
     "wide int": b'{"version": ' + b"9" * 5000 + b"}",
     "not UTF-8": b"\xff\xfe{}",
 }
 
 
-@pytest.mark.parametrize("case", sorted(HOSTILE_JSON))
+@pytest.mark.parametrize("case", sorted(HOSTILE_DOCUMENTS))
 @pytest.mark.parametrize("command", ["vectors --file", "conform --vectors"])
 def test_a_hostile_vectors_file_is_malformed(tmp_path: Path, case: str, command: str) -> None:
     """Deep nesting, a 5,000-digit number or bytes that are not UTF-8 in a vectors file were
     internal errors (RecursionError, ValueError, UnicodeDecodeError: exit 70)."""
     path = tmp_path / "vectors.json"
-    path.write_bytes(HOSTILE_JSON[case])
+    path.write_bytes(HOSTILE_DOCUMENTS[case])
     tail = ["true"] if command.startswith("conform") else []
     assert_bad(run(*command.split(), path, *tail), "malformed vectors file", str(path))
 
