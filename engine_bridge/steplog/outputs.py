@@ -3,8 +3,8 @@
 - `check_outputs` compares every output path with every input before anything is read: the
   same file (device and inode, symlinks followed) or, for an output that does not exist yet,
   the same resolved path, is refused; so is an output whose folder is missing or is not a
-  folder, an output that is a folder, or an empty path. Each refusal is a `BadInput` naming
-  the output (exit 2).
+  folder, an output that is a folder (or ends in a separator), or an empty path. Each refusal
+  is a `BadInput` naming the output (exit 2).
 - `write_output` writes the whole text to a temporary file in the target's folder and renames
   it into place only when every byte is on disk, so a failure (a full disk, an unwritable
   folder) leaves the target as it was, never a truncated file. A target that is not a regular
@@ -78,6 +78,8 @@ def _empty(what: str, out: str) -> None:
 def _check_target(what: str, out: str) -> None:
     """An output whose folder exists and which is not itself a folder."""
     _empty(what, out)
+    if out.endswith(os.sep) or (os.altsep is not None and out.endswith(os.altsep)):
+        raise _refuse(out, f"{what} ends in {out[-1]!r}: it names a folder, not a file")
     if os.path.isdir(out):
         raise _refuse(out, f"{what} is a directory, not a file")
     folder = os.path.dirname(os.path.abspath(out))

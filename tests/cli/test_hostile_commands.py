@@ -208,6 +208,29 @@ def test_an_empty_output_path_is_refused_first(args: list[str], what: str) -> No
     assert "AGREE" not in result.stdout  # nothing was replayed
 
 
+@pytest.mark.parametrize("exists", [False, True])
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["replay", str(SYNC), "--html"], "--html"),
+        (["export", "aiperf", str(SYNC), "--out"], "--out"),
+        (["dashboard", "--out"], "--out"),
+    ],
+)
+def test_an_output_path_ending_in_a_slash_is_refused_first(
+    tmp_path: Path, args: list[str], what: str, exists: bool
+) -> None:
+    """`--html new/` (or `FILE/` of an existing file) replayed every log, then failed with
+    'cannot write: Not a directory': a path ending in '/' names a folder, refused first."""
+    target = tmp_path / "report"
+    if exists:
+        target.write_text("kept")
+    result = run(*args, f"{target}/")
+    assert_bad(result, f"{target}/:1:1: {what} ends in '/': it names a folder, not a file")
+    assert "AGREE" not in result.stdout
+    assert not exists or target.read_text() == "kept"
+
+
 HOSTILE_DOCUMENTS = {
     "deep": ("[" * 100_000 + "]" * 100_000).encode(),
     "wide int": b'{"version": ' + b"9" * 5000 + b"}",
