@@ -106,12 +106,20 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
         sys.exit(int(ExitCode.INCOMPLETE))
 
 
+_LOG_SUFFIXES = ("ndjson", "jsonl", "json", "gz", "log", "txt")
+
+
 def _test_paths(out_dir: str, logs: tuple[str, ...]) -> list[str]:
-    """One promtool test file per log, ``test-<name>.yml``; logs of one file name (from two
-    folders) get ``-2``, ``-3``, ... so none overwrites another."""
+    """One promtool test file per log, ``test-<name>.yml``, ``<name>`` the file name without
+    its step-log suffixes (``.ndjson``, ``.gz``, ...: a dot inside the name stays, so
+    ``vllm-0.32-sync.ndjson`` and ``vllm-0.33-sync.ndjson`` keep their versions); logs of one
+    name (from two folders) get ``-2``, ``-3``, ... so none overwrites another."""
     out, seen = [], set()
     for log in logs:
-        base = os.path.basename(log).split(".")[0] or "log"
+        base = os.path.basename(log)
+        while (stem := base.rsplit(".", 1))[-1].lower() in _LOG_SUFFIXES and len(stem) == 2:
+            base = stem[0]
+        base = base or "log"
         name, n = base, 1
         while name in seen:
             n += 1

@@ -5,6 +5,7 @@ twice, and a cut log or a scrape of another server is said to be one."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -312,3 +313,20 @@ def test_rules_tests_from_refuses_a_llamacpp_log(tmp_path: Path) -> None:
     line = assert_bad(run("rules", "--out", out, "--tests-from", log), "a llama.cpp log")
     assert line.startswith(f"{log}:1:1:")
     assert not out.exists()
+
+
+def test_rules_test_files_keep_the_dots_of_a_log_name(tmp_path: Path) -> None:
+    """`--tests-from vllm-0.32-x.ndjson --tests-from vllm-0.33-x.ndjson.gz` wrote
+    test-vllm-0.yml and test-vllm-0-2.yml (the name cut at its first dot): only the step-log
+    suffixes are dropped now, so each test file says which log it is."""
+    logs = [tmp_path / "vllm-0.32-x.ndjson", tmp_path / "vllm-0.33-x.ndjson.gz"]
+    logs[0].write_bytes(SYNC.read_bytes())
+    logs[1].write_bytes(gzip.compress(SYNC.read_bytes()))
+    out = tmp_path / "rules"
+    result = run("rules", "--out", out, *[a for log in logs for a in ("--tests-from", log)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "spectally-rules.yml",
+        "test-vllm-0.32-x.yml",
+        "test-vllm-0.33-x.yml",
+    ]
