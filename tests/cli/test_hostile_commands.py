@@ -330,3 +330,26 @@ def test_rules_test_files_keep_the_dots_of_a_log_name(tmp_path: Path) -> None:
         "test-vllm-0.32-x.yml",
         "test-vllm-0.33-x.yml",
     ]
+
+
+@pytest.mark.parametrize("where", ["step proposed", "step k", "trace k"])
+def test_vectors_refuses_an_input_count_past_the_limit(tmp_path: Path, where: str) -> None:
+    """A vector whose input names 10**12 drafts (or k) ran for ever: the reference sizes its
+    per-draft and per-position lists by it. Past 1024 (the step log's limit) it is malformed."""
+    doc = json.loads((ROOT / "spec" / "vectors.json").read_text())
+    kind = where.split()[0]
+    vec = next(v for v in doc["vectors"] if v["kind"] == kind)
+    if where == "step proposed":
+        vec["input"]["proposed"] = 10**12
+    elif where == "step k":
+        vec["input"]["k"] = 10**12
+    else:
+        vec["config"]["k"] = 10**12
+    doc["vectors"] = [vec]
+    path = tmp_path / "vectors.json"
+    path.write_text(json.dumps(doc))
+    field = {"step proposed": "input.proposed", "step k": "input.k", "trace k": "config.k"}
+    assert_bad(
+        run("vectors", "--file", path),
+        f"{field[where]}: 1000000000000 exceeds the limit 1024 of an input count",
+    )
