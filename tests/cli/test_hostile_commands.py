@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from spectally.commands import main
 from spectally.exit_codes import ExitCode
 from test_production_hostile import assert_bad, run
 
@@ -353,3 +355,10 @@ def test_vectors_refuses_an_input_count_past_the_limit(tmp_path: Path, where: st
         run("vectors", "--file", path),
         f"{field[where]}: 1000000000000 exceeds the limit 1024 of an input count",
     )
+
+
+def test_compare_refuses_stdin_twice() -> None:
+    """`compare - -` read the log from stdin, then found stdin empty and called the second
+    log '-:1:1: empty log': a usage error naming why."""
+    result = CliRunner().invoke(main, ["compare", "-", "-"], input=SYNC.read_text())
+    assert_bad(result, "stdin is read once")
