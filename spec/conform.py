@@ -13,8 +13,8 @@ import json
 import math
 import os
 import queue
+import signal
 import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,13 +66,14 @@ class Report:
         return out
 
     def conformant_level(self) -> str | None:
-        """The highest level n with every check of level <= n passing (None: not even L1)."""
+        """The highest level n with every check of level <= n passing, at least one each
+        (None: not even L1; a level no check ran, e.g. under --vector, is not established)."""
         if self.problem is not None:
             return None
         best: str | None = None
         summary = self.level_summary()
         for lv in LEVELS:
-            if summary[lv]["fail"] or summary[lv]["unsupported"]:
+            if summary[lv]["fail"] or summary[lv]["unsupported"] or not summary[lv]["pass"]:
                 break
             best = lv
         return best
@@ -128,7 +129,14 @@ class Report:
             s = summary[lv]
             met = not s["fail"] and not s["unsupported"]
             claimed_here = LEVELS.index(lv) <= LEVELS.index(claimed)
-            verdict = "pass" if met else ("FAIL" if claimed_here else "not met")
+            if not met:
+                verdict = "FAIL" if claimed_here else "not met"
+            elif self.problem is not None:
+                verdict = "not judged (the run broke)"  # its checks never all ran
+            elif not s["pass"]:
+                verdict = "not checked (no check of this level ran)"
+            else:
+                verdict = "pass"
             lines.append(
                 f"{lv}: {verdict} ({s['pass']} passed, {s['fail']} failed,"
                 f" {s['unsupported']} unsupported)"
@@ -154,8 +162,9 @@ def load_vectors(path: Path | None = None) -> dict[str, Any]:
     p = path or VECTORS
     try:
         doc: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise KitFormatError(f"{p}: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8, JSON, ints
+        why = "not valid JSON: nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise KitFormatError(f"{p}: {why}") from exc
     err = best_match(Draft202012Validator(_schema(VECTORS_SCHEMA)).iter_errors(doc))
     if err is not None:
         where = "/".join(str(x) for x in err.absolute_path) or "(top)"
@@ -267,11 +276,25 @@ class _Reader(threading.Thread):
         self.lines.put(None)
 
 
-def _stderr_tail(f: IO[bytes]) -> str:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(max(0, size - 2000))
-    return f.read().decode("utf-8", "replace").strip()
+class _Tail(threading.Thread):
+    """Reads the implementation's stderr to its end, keeping only the last `TAIL` bytes: an
+    implementation that floods stderr neither blocks on a full pipe nor fills a disk."""
+
+    TAIL = 2000
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.kept = bytearray()
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(self.fd, 65536):
+                self.kept += chunk
+                del self.kept[: -self.TAIL]
+
+    def text(self) -> str:
+        return bytes(self.kept).decode("utf-8", "replace").strip()
 
 
 def _parse(line: bytes, want_id: str) -> dict[str, Any] | str:
@@ -280,8 +303,9 @@ def _parse(line: bytes, want_id: str) -> dict[str, Any] | str:
         return f"a response line over {MAX_LINE} bytes"
     try:
         obj = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"a response that is not one JSON line ({exc}): {line[:120]!r}"
+    except (ValueError, RecursionError) as exc:  # ValueError: also an int past the digit limit
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return f"a response that is not one JSON line ({why}): {line[:120]!r}"
     if not isinstance(obj, dict):
         return f"a response that is not a JSON object: {line[:120]!r}"
     err = best_match(Draft202012Validator(_schema(PROTOCOL_SCHEMA)).iter_errors(obj))
@@ -305,63 +329,79 @@ def run(
     report = Report(implementation=list(command), vectors_version=str(doc["version"]))
     tol = float(doc["float_tolerance"])
     vectors = [v for v in doc["vectors"] if only is None or v["name"] in only]
-    with tempfile.TemporaryFile() as err:
-        try:
-            proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
-            )
-        except OSError as exc:
-            report.problem = f"cannot start {command[0]!r}: {exc.strerror or exc}"
-            return report
-        assert proc.stdin is not None and proc.stdout is not None
-        reader = _Reader(proc.stdout)
-        reader.start()
-        try:
-            for vec in vectors:
-                request = {
-                    "protocol": PROTOCOL,
-                    "id": vec["name"],
-                    "level": vec["level"],
-                    "input": vec["input"],
-                }
-                try:
-                    proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
-                    proc.stdin.flush()
-                except (BrokenPipeError, OSError):
-                    pass  # it exited: the read below says so
-                try:
-                    line = reader.lines.get(timeout=timeout)
-                except queue.Empty:
-                    report.problem = f"no response to {vec['name']!r} within {timeout:g} s (hang)"
-                    break
-                if line is None:
-                    code = proc.wait(timeout=timeout)
-                    report.problem = (
-                        f"the implementation exited (status {code}) before answering"
-                        f" {vec['name']!r} (crash)"
-                    )
-                    break
-                parsed = _parse(line, vec["name"])
-                if isinstance(parsed, str):
-                    report.problem = f"protocol broken at {vec['name']!r}: {parsed}"
-                    break
-                report.checks.extend(judge(vec, parsed, tol))
-            if report.problem is None:
-                proc.stdin.close()
-                try:
-                    proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    report.problem = (
-                        f"the implementation did not exit within {timeout:g} s of end of input"
-                    )
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            for stream in (proc.stdin, proc.stdout):
+    try:
+        # Its own process group: a child it leaves behind (holding the stdout pipe open)
+        # is ended with it, so neither the reader nor closing the pipe waits on it.
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        report.problem = f"cannot start {command[0]!r}: {exc.strerror or exc}"
+        return report
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    reader = _Reader(proc.stdout)
+    reader.start()
+    err = _Tail(proc.stderr.fileno())
+    err.start()
+    try:
+        for vec in vectors:
+            request = {
+                "protocol": PROTOCOL,
+                "id": vec["name"],
+                "level": vec["level"],
+                "input": vec["input"],
+            }
+            try:
+                proc.stdin.write((json.dumps(request) + "\n").encode("utf-8"))
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass  # it exited: the read below says so
+            try:
+                line = reader.lines.get(timeout=timeout)
+            except queue.Empty:
+                report.problem = f"no response to {vec['name']!r} within {timeout:g} s (hang)"
+                break
+            if line is None:
+                code = proc.wait(timeout=timeout)
+                report.problem = (
+                    f"the implementation exited (status {code}) before answering"
+                    f" {vec['name']!r} (crash)"
+                )
+                break
+            parsed = _parse(line, vec["name"])
+            if isinstance(parsed, str):
+                report.problem = f"protocol broken at {vec['name']!r}: {parsed}"
+                break
+            report.checks.extend(judge(vec, parsed, tol))
+        if report.problem is None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                report.problem = (
+                    f"the implementation did not exit within {timeout:g} s of end of input"
+                )
+    finally:
+        with contextlib.suppress(OSError):  # ProcessLookupError: the group is gone already
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+        err.join(timeout=5)
+        # A stream is closed only once its reader is done: closing a buffered stream that
+        # another thread is blocked reading waits for that read to return.
+        for stream, done in ((proc.stdin, True), (proc.stdout, not reader.is_alive())):
+            if done:
                 with contextlib.suppress(OSError):
                     stream.close()
-            reader.join(timeout=5)
-            if report.problem is not None:
-                report.stderr_tail = _stderr_tail(err)
+        if not err.is_alive():
+            with contextlib.suppress(OSError):
+                proc.stderr.close()
+        if report.problem is not None:
+            report.stderr_tail = err.text()
     return report

@@ -143,11 +143,19 @@ def _obj(
     return value
 
 
-def _count(value: object, path: str, *, nullable: bool = False) -> None:
+# The largest draft count or k a vector's input may name: the step log's and `spectally step`'s
+# limit (engine_bridge/steplog/limits.py MAX_K). The reference sizes per-draft and per-position
+# lists by these counts, so an unchecked 10**12 in a vectors file runs for ever.
+MAX_INPUT_COUNT = 1024
+
+
+def _count(value: object, path: str, *, nullable: bool = False, bounded: bool = False) -> None:
     if value is None and nullable:
         return
     if not _is_int(value):
         raise _fail(path, f"expected an integer{' or null' if nullable else ''}, got {value!r}")
+    if bounded and isinstance(value, int) and value > MAX_INPUT_COUNT:
+        raise _fail(path, f"{value} exceeds the limit {MAX_INPUT_COUNT} of an input count")
 
 
 def _counts(value: object, path: str, keys: Iterable[str], required: bool = True) -> None:
@@ -227,14 +235,14 @@ def _check_step(vec: dict[str, Any], path: str) -> None:
     if inp["mode"] not in ("sync", "async"):
         raise _fail(f"{path}.input.mode", f"expected 'sync' or 'async', got {inp['mode']!r}")
     for key in ("proposed", "padding", "accepted"):
-        _count(inp[key], f"{path}.input.{key}")
+        _count(inp[key], f"{path}.input.{key}", bounded=True)
     for key in ("grammar_valid", "scheduled", "av_verify"):
-        _count(inp[key], f"{path}.input.{key}", nullable=True)
+        _count(inp[key], f"{path}.input.{key}", nullable=True, bounded=True)
     for key in ("applied", "legacy_reported"):
         if key in inp and not isinstance(inp[key], bool):
             raise _fail(f"{path}.input.{key}", "expected a boolean")
     if "k" in inp:
-        _count(inp["k"], f"{path}.input.k")
+        _count(inp["k"], f"{path}.input.k", bounded=True)
     exp = vec["expect"]
     if isinstance(exp, dict) and "error" in exp:
         _obj(exp, f"{path}.expect", ("error",))
@@ -278,7 +286,7 @@ def _check_trace(vec: dict[str, Any], path: str) -> None:
         raise _fail(f"{path}.config.profile", f"expected one of {sorted(PROFILES)}")
     if cfg["mode"] not in ("sync", "async"):
         raise _fail(f"{path}.config.mode", f"expected 'sync' or 'async', got {cfg['mode']!r}")
-    _count(cfg["k"], f"{path}.config.k")
+    _count(cfg["k"], f"{path}.config.k", bounded=True)
     if not isinstance(cfg["drop_stale_output"], bool):
         raise _fail(f"{path}.config.drop_stale_output", "expected a boolean")
     events = vec["events"]
@@ -377,8 +385,9 @@ def load(path: Path | str | None = None) -> dict[str, Any]:
     p = Path(path) if path is not None else VECTORS_PATH
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise VectorFormatError(f"{p}: not valid JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, an int past the limit
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise VectorFormatError(f"{p}: not valid JSON: {why}") from exc
     return validate(doc)
 
 

@@ -31,6 +31,9 @@ def compare(log_a: str, log_b: str, json_out: bool) -> None:
     from spectally.engine_bridge.compare.engines import Side, as_json, render
     from spectally.engine_bridge.replay.dispatch import render_summary, replay_file
 
+    if log_a == log_b == "-":  # the second read of stdin finds it empty: "empty log"
+        raise click.UsageError("stdin is read once: give - for at most one of LOG_A and LOG_B")
+
     results = [replay_file(p, reference=True, progress=False) for p in (log_a, log_b)]
     codes = [ExitCode(r.exit_code) for r in results]
     if any(c is not ExitCode.OK for c in codes):

@@ -4,6 +4,7 @@ against the core vectors through the line protocol (spec/conformance/PROTOCOL.md
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -21,6 +22,17 @@ EXIT_HELP = exits.epilog(
 )
 
 
+# A day: a wait the clocks that time it can represent (inf and 1e308 overflow them).
+MAX_TIMEOUT = 86400.0
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """--timeout is a number: nan passes every range comparison, and would wait for ever."""
+    if math.isnan(value):
+        raise click.BadParameter("nan is not a number of seconds")
+    return value
+
+
 @click.command(
     "conform",
     epilog=EXIT_HELP,
@@ -36,10 +48,12 @@ EXIT_HELP = exits.epilog(
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(min=0, min_open=True, max=MAX_TIMEOUT),
+    callback=_finite,
     default=30.0,
     show_default=True,
-    help="seconds to wait for each response (and for the exit after the last one)",
+    help="seconds to wait for each response (and for the exit after the last one; at most"
+    f" {MAX_TIMEOUT:g}, a day)",
 )
 @click.option(
     "--vectors",

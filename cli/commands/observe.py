@@ -35,7 +35,8 @@ def _bad_input(message: str) -> None:
 @click.command(
     epilog=exits.epilog(
         "0 the files are written; 2 bad input or usage (a log the replay refuses, an"
-        " unwritable directory)"
+        " unwritable directory); 3 a --tests-from log ends before its totals record (the files"
+        " are written, and where each such log ends is named)"
     )
 )
 @click.option(
@@ -83,9 +84,12 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
             [("--tests-from", log) for log in logs],
             folders_made=True,
         )
-        tests = []
+        tests, incomplete = [], []
         for log, test_path in zip(logs, test_paths, strict=True):
-            tests.append((test_path, _rules_test(log, names)))
+            text, cut = _rules_test(log, names)
+            tests.append((test_path, text))
+            if cut is not None:
+                incomplete.append(f"{cut}: incomplete, its test pins the counts up to there")
         os.makedirs(out_dir, exist_ok=True)
         _write(path, gen.render(names, window))
         for test_path, text in tests:
@@ -97,14 +101,25 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
     click.echo(path)
     for test_path in test_paths:
         click.echo(test_path)
+    if incomplete:
+        click.echo("\n".join(incomplete), err=True)
+        sys.exit(int(ExitCode.INCOMPLETE))
+
+
+_LOG_SUFFIXES = ("ndjson", "jsonl", "json", "gz", "log", "txt")
 
 
 def _test_paths(out_dir: str, logs: tuple[str, ...]) -> list[str]:
-    """One promtool test file per log, ``test-<name>.yml``; logs of one file name (from two
-    folders) get ``-2``, ``-3``, ... so none overwrites another."""
+    """One promtool test file per log, ``test-<name>.yml``, ``<name>`` the file name without
+    its step-log suffixes (``.ndjson``, ``.gz``, ...: a dot inside the name stays, so
+    ``vllm-0.32-sync.ndjson`` and ``vllm-0.33-sync.ndjson`` keep their versions); logs of one
+    name (from two folders) get ``-2``, ``-3``, ... so none overwrites another."""
     out, seen = [], set()
     for log in logs:
-        base = os.path.basename(log).split(".")[0] or "log"
+        base = os.path.basename(log)
+        while (stem := base.rsplit(".", 1))[-1].lower() in _LOG_SUFFIXES and len(stem) == 2:
+            base = stem[0]
+        base = base or "log"
         name, n = base, 1
         while name in seen:
             n += 1
@@ -114,14 +129,23 @@ def _test_paths(out_dir: str, logs: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _rules_test(log: str, names: list[str] | None) -> str:
-    """The promtool test of one log; `BadInput` for a log the replay refuses or that diverges
-    (a test of a diverging log would pin counts that are not the spec's)."""
+def _rules_test(log: str, names: list[str] | None) -> tuple[str, str | None]:
+    """The promtool test of one log, and where the log ends when it has no totals record
+    (None: complete); `BadInput` for a log the replay refuses or that diverges (a test of a
+    diverging log would pin counts that are not the spec's)."""
     from spectally.engine_bridge.observe import promtest
     from spectally.engine_bridge.observe.timeline import replay_timeline
     from spectally.engine_bridge.steplog.records import BadInput
 
     tl = replay_timeline(log)
+    if tl.engine_name != "vllm":  # its counts would be fed in under vLLM's series names
+        raise BadInput(
+            log,
+            1,
+            1,
+            f"a {tl.engine_name} log: --tests-from replays vLLM step logs into vLLM's series"
+            " names (vllm, rfc, backport schemes); no test written",
+        )
     if tl.divergence is not None:
         raise BadInput(
             log,
@@ -130,7 +154,8 @@ def _rules_test(log: str, names: list[str] | None) -> str:
             f"the log diverges from the reference ({tl.divergence}); run `spectally replay` on"
             " it: no test written",
         )
-    return promtest.render(promtest.build_test(tl, "spectally-rules.yml", schemes=names))
+    test = promtest.render(promtest.build_test(tl, "spectally-rules.yml", schemes=names))
+    return test, tl.incomplete
 
 
 def _write(path: str, text: str) -> None:
@@ -233,7 +258,9 @@ def export_group() -> None:
     "aiperf",
     epilog=exits.epilog(
         "0 records written; 1 a record AIPerf's model rejects (--validate); 2 bad input (a log"
-        " the replay refuses) or usage (--validate without spectally[aiperf])"
+        " the replay refuses) or usage (--validate without spectally[aiperf]); 3 the log ends"
+        " before its totals record (its records are written, those of requests still active"
+        " with their counts so far, and the end of the log is named)"
     ),
 )
 @click.argument("log", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
@@ -242,7 +269,8 @@ def export_group() -> None:
     type=click.Choice(("rfc", "vllm-legacy")),
     default="rfc",
     show_default=True,
-    help="whose counters: the RFC's, or vLLM <= 0.34's (equal to vLLM's own payload)",
+    help="whose counters: the RFC's, or the engine's own under the log's profile (vLLM <= 0.34:"
+    " equal to vLLM's own payload); each record's \"profile\" names the one used",
 )
 @click.option(
     "--out",
@@ -283,7 +311,10 @@ def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
         except BadInput as exc:
             _bad_input(str(exc))
     click.echo(
-        f"{len(result.records)} records ({profile})"
+        f"{len(result.records)} records ({result.profile})"
         + (f", {result.skipped} requests without a spec step skipped" if result.skipped else ""),
         err=True,
     )
+    if result.incomplete is not None:
+        click.echo(result.incomplete, err=True)
+        sys.exit(int(ExitCode.INCOMPLETE))

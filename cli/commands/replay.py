@@ -194,6 +194,8 @@ def replay(
     except KeyboardInterrupt:
         click.echo("spectally replay: interrupted (workers stopped)", err=True)
         sys.exit(ExitCode.INTERRUPTED)
+    except BadInput as exc:  # a log given twice (checked before any replay)
+        _bad(exc)
     except BackendUnavailable as exc:
         click.echo(f"spectally replay: {exc}", err=True)
         if exc.stuck:  # Ray's connect is still retrying in a thread that exit would wait for

@@ -24,6 +24,39 @@ def _bounded(ctx: click.Context, param: click.Parameter, value: int | None) -> i
     return value
 
 
+# The reference's reason for each option's negative count (reference/step.py, admissibility).
+_NEGATIVE = {
+    "proposed": "proposed must be >= 0",
+    "grammar_valid": "grammar-valid prefix must be >= 0",
+    "scheduled": "schedule cap must be >= 0",
+    "av_verify": "AV cap must be >= 0",
+    "accepted": "accepted must be >= 0",
+}
+
+
+def _given(
+    reasons: list[str],
+    proposed: int,
+    grammar_valid: int | None,
+    scheduled: int | None,
+    av_verify: int | None,
+    accepted: int,
+) -> list[str]:
+    """The reasons that are the caller's: where a count given is negative, only the negative
+    counts given. An omitted cap defaults to the proposal, so `--proposed -1` alone also
+    failed the grammar-valid prefix, the schedule cap and the AV cap (and the bound on
+    accepted they set): options the caller never wrote."""
+    given = {
+        "proposed": proposed,
+        "grammar_valid": grammar_valid,
+        "scheduled": scheduled,
+        "av_verify": av_verify,
+        "accepted": accepted,
+    }
+    negative = {_NEGATIVE[name] for name, value in given.items() if value is not None and value < 0}
+    return [reason for reason in reasons if reason in negative] or reasons
+
+
 @click.command(
     epilog=exits.epilog(
         "0 the counters are printed; 2 inadmissible input or usage (a count beyond the limit"
@@ -118,7 +151,7 @@ def step(
         scheduled=scheduled,
         av_verify=av_verify,
     )
-    reasons = query.violations()
+    reasons = _given(query.violations(), proposed, grammar_valid, scheduled, av_verify, accepted)
     if reasons:
         # One line, non-zero exit: no engine can produce these stage inputs.
         click.echo(f"spectally step: inadmissible input: {'; '.join(reasons)}", err=True)

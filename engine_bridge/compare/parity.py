@@ -398,7 +398,10 @@ def compare_runs(sync: Run, asy: Run) -> ParityReport:
             f" {asy.mode.value} ({asy.path})"
         )
     if sync.k != asy.k:
-        raise ValueError(f"num_speculative_tokens differs: {sync.k} against {asy.k}")
+        raise ValueError(
+            f"num_speculative_tokens differs: {sync.k} ({sync.path}) against {asy.k}"
+            f" ({asy.path}): runs of one workload and one k are compared"
+        )
     pairs, only_sync, only_async = _match(sync, asy)
     if not pairs:
         raise ValueError("the two logs have no request in common")

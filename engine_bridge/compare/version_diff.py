@@ -159,14 +159,21 @@ def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
     from ..replay.dispatch import replay_file
 
     result = replay_file(path, progress=False)
+    if result.bad_input is not None:  # unreadable or malformed: the reader's own file:line
+        raise result.bad_input
     if result.status != "agree":
-        where = result.divergences[0] if result.divergences else result.bad_input
+        first = result.divergences[0] if result.divergences else None
+        why = (
+            f"it diverges here: {first.reason}"
+            if first is not None
+            else "incomplete: it ends before its totals record"
+        )
         raise BadInput(
             path,
-            getattr(where, "line", 1) or 1,
+            1 if first is None else first.line,
             1,
-            f"the log does not replay AGREE under its own profile ({result.status}): a"
-            " version diff predicts from a log the replay confirms; run spectally replay",
+            f"the log does not replay AGREE under its own profile ({why}): a version diff"
+            " predicts from a log the replay confirms; run spectally replay",
         )
     header: Header | None = None
     structured: dict[str, bool] = {}

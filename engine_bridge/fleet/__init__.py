@@ -5,8 +5,8 @@ The public face, what the ``replay`` command and a user import:
 
 - `run_fleet`: every file's `FileOutcome`, in input order, from either backend;
 - `ReplayOptions`, `FileOutcome`, `EngineInfo`, `replay_one`, `read_engine_info` (`job`): one
-  file, the unit of work both backends run; `BackendUnavailable`, what a backend raises when it
-  cannot run (bad usage, exit 2);
+  file, the unit of work both backends run; `check_distinct`, no log given twice;
+  `BackendUnavailable`, what a backend raises when it cannot run (bad usage, exit 2);
 - `replay_local`, `usable_cores` (`local`): the local backend;
 - `fleet_summary`, `render_fleet` (`report`): the merged report as data and as text.
 
@@ -23,6 +23,7 @@ from .job import (
     EngineInfo,
     FileOutcome,
     ReplayOptions,
+    check_distinct,
     read_engine_info,
     replay_one,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "EngineInfo",
     "FileOutcome",
     "ReplayOptions",
+    "check_distinct",
     "fleet_summary",
     "read_engine_info",
     "render_fleet",
@@ -55,7 +57,9 @@ def run_fleet(
 ) -> list[FileOutcome]:
     """Replay ``paths`` locally (``jobs`` processes) or as Ray tasks (``ray_address``); every
     outcome in input order, each passed to ``on_outcome`` as soon as it and those before it are
-    done (so reports stream like a sequential run's)."""
+    done (so reports stream like a sequential run's). `BadInput` (before any replay) when
+    two paths are one log: its counts would enter the fleet totals twice."""
+    check_distinct(paths)
     if ray_address is not None:
         from .ray import replay_ray
 

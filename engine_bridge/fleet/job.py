@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,6 +19,7 @@ from spectally.reference.errors import SpectallyError
 
 from ..replay.dispatch import render_summary, replay_file, result_json
 from ..replay.options import ReplayOptions as ReplayOptions
+from ..steplog.records import BadInput
 
 
 class BackendUnavailable(SpectallyError):
@@ -84,6 +85,33 @@ def regular_file(path: str) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
         return True  # missing or unreadable: any worker reports it the same way
+
+
+def check_distinct(paths: Sequence[str]) -> None:
+    """`BadInput` naming the second path when two name one log (the same device and inode,
+    through every symlink; ``-`` twice: stdin reads once): the fleet would count it twice."""
+    seen: dict[tuple[int, int] | str, str] = {}
+    for path in paths:
+        key: tuple[int, int] | str
+        if path == "-":
+            key = "-"
+        else:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # missing or unreadable: its replay reports it
+            key = (st.st_dev, st.st_ino)
+        first = seen.get(key)
+        if first is None:
+            seen[key] = path
+        else:
+            raise BadInput(
+                path,
+                1,
+                1,
+                f"the same log as {first!r}, given twice: its counts would enter the fleet"
+                " totals twice (name each log once)",
+            )
 
 
 def read_engine_info(path: str, force_profile: str | None = None) -> EngineInfo | None:

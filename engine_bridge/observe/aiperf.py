@@ -5,7 +5,9 @@ request from vLLM's per-request payload (SPEC REP-3). This module builds the sam
 step log's replay, so a benchmark run and a production log are compared with one tool.
 
 Fields, from the request's counters when it ended (``profile`` rfc: the RFC's counters;
-vllm-legacy: what vLLM <= 0.34 reports):
+vllm-legacy: the engine's own, what vLLM <= 0.34 reports; each record's ``profile`` names the
+counting profile its counts are under: ``rfc``, or the log's own, e.g. ``vllm-legacy``,
+``vllm-0.34``, ``llama.cpp``):
 
 - ``num_draft_tokens``: drafted (legacy: ``num_draft_tokens``, L2);
 - ``num_accepted_draft_tokens``: accepted, bonus excluded;
@@ -58,6 +60,10 @@ PROFILES = ("rfc", "vllm-legacy")
 class Export:
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0  # rfc: requests without a spec step (M1 undefined)
+    profile: str = "rfc"  # the profile the records' counts are under (their "profile")
+    # The log ends before its totals record: why, as file:line: reason (None: complete). The
+    # records are still written (what was present agreed); the command says so and exits 3.
+    incomplete: str | None = None
 
 
 def histogram(spec_steps: int, accepted_prefix: list[int]) -> dict[int, int]:
@@ -68,8 +74,11 @@ def histogram(spec_steps: int, accepted_prefix: list[int]) -> dict[int, int]:
     return {j: n for j, n in hist.items() if n}
 
 
-def record(rc: RequestCounts, profile: str, engine: str) -> dict[str, Any] | None:
-    """One request's AIPerf record, or None when AIPerf would have none (module docstring)."""
+def record(
+    rc: RequestCounts, profile: str, engine: str, own: str = "vllm-legacy"
+) -> dict[str, Any] | None:
+    """One request's AIPerf record, or None when AIPerf would have none (module docstring);
+    ``own``: the profile the engine's own counters are under, the label of a non-rfc record."""
     c: Counters = rc.counters
     if profile == "rfc":
         t = c.rfc
@@ -96,7 +105,7 @@ def record(rc: RequestCounts, profile: str, engine: str) -> dict[str, Any] | Non
         "num_spec_tokens": c.k,
         "request_id": rc.request,
         "status": rc.status,
-        "profile": profile,
+        "profile": profile if profile == "rfc" else own,
     }
     if profile == "rfc":
         out["num_verified_draft_tokens"] = c.rfc.verified
@@ -106,9 +115,10 @@ def record(rc: RequestCounts, profile: str, engine: str) -> dict[str, Any] | Non
 def export(path: str, profile: str = "rfc", engine: str | None = None) -> Export:
     """Every request of a step log, as AIPerf records labelled with the header's engine
     (``engine`` overrides it). `BadInput` for a log the replay refuses, and for a log that
-    diverges from the reference: its counts are not the spec's, so nothing is exported."""
-    result = Export()
+    diverges from the reference: its counts are not the spec's, so nothing is exported. A log
+    without its totals record is exported with `Export.incomplete` saying so."""
     timeline = replay_timeline(path, max_points=2)
+    result = Export(profile=profile if profile == "rfc" else timeline.profile)
     if timeline.divergence is not None:
         raise BadInput(
             path,
@@ -117,8 +127,14 @@ def export(path: str, profile: str = "rfc", engine: str | None = None) -> Export
             f"the log diverges from the reference ({timeline.divergence}); run `spectally"
             " replay` on it: nothing exported",
         )
+    if timeline.incomplete is not None:
+        active = sum(rc.status == "active" for rc in timeline.requests)
+        result.incomplete = (
+            f"{timeline.incomplete}: incomplete ({active} requests still active there: the"
+            " record of one holds its counts so far)"
+        )
     for rc in timeline.requests:
-        rec = record(rc, profile, engine or timeline.engine_name)
+        rec = record(rc, profile, engine or timeline.engine_name, timeline.profile)
         if rec is None:
             result.skipped += 1
         else:

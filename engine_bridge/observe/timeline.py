@@ -63,6 +63,12 @@ class Timeline:
     # The first divergence from the reference as file:line: reason (the timeline stops there);
     # None when the log agrees. Writers of what a log counted refuse such a log.
     divergence: str | None = None
+    # Without its totals record, where the log ends as file:line: reason (None: it has one):
+    # the replay calls it incomplete (exit 3), what was present agreed but the log was cut.
+    incomplete: str | None = None
+    # The counting profile of the engine's own counters (`Counters.legacy`): the header's, or
+    # the one --force-profile named (vllm-legacy, vllm-0.34, llama.cpp, ...).
+    profile: str = "vllm-legacy"
 
 
 def replay_timeline(
@@ -108,6 +114,10 @@ def replay_timeline(
         requests,
         replayer.header.engine if replayer.header is not None else "vllm",
         None if first is None else f"{first.path}:{first.line}: {first.reason}",
+        None
+        if replayer.totals_record is not None
+        else f"{path}:{max(replayer.line, 1)}:1: the log ends before its totals record",
+        (replayer.header.profile if replayer.header is not None else None) or "vllm-legacy",
     )
 
 

@@ -26,6 +26,8 @@ from .report import (
 if TYPE_CHECKING:  # the reference's events: only the reference replay holds them
     from spectally.reference.events import Event
 
+    from ..importers.prometheus import Scrape
+
 
 class StopReplay(Exception):
     """Raised internally when the divergence limit is reached."""
@@ -156,6 +158,7 @@ def metrics_divergence(
         raise BadInput(metrics_path, 1, 1, "no Prometheus samples found")
     last = scrapes[-1]
     engine = None if header.engine_index is None else str(header.engine_index)
+    _check_scrape_is_of(last, engine)
     got = spec_totals(last, header.k, engine=engine)
     table = rows(ref, got)
     if all(e == a for _, e, a in table):
@@ -172,6 +175,34 @@ def metrics_divergence(
         ReplayedLog(log_path),
         rule="REP-1",
     )
+
+
+def _check_scrape_is_of(last: Scrape, engine: str | None) -> None:
+    """`BadInput` at the last scrape when it holds no series of the log's engine (a scrape of
+    another engine read as zeros: a false divergence, or a false AGREE on a log that counted
+    nothing) or series of several models (one log is one server's: their sum is neither)."""
+    labels = [dict(ls) for ls in last.series]
+    mine = [ls for ls in labels if engine is None or ls.get("engine") == engine]
+    if not mine:
+        others = sorted({ls.get("engine", "(none)") for ls in labels})
+        raise BadInput(
+            last.path,
+            last.line,
+            1,
+            f"the last scrape has no spec-decode series of engine {engine} (the log header's"
+            f" engine_index) to check the log against; its engine labels: {', '.join(others)}"
+            " (a scrape of another engine or server?)",
+        )
+    models = sorted({ls["model_name"] for ls in mine if "model_name" in ls})
+    if len(models) > 1:
+        raise BadInput(
+            last.path,
+            last.line,
+            1,
+            f"the last scrape holds the spec-decode series of {len(models)} models"
+            f" ({', '.join(models)}) for this log's engine: their sum is no one server's"
+            " counters (pass the scrape of the server that wrote the log)",
+        )
 
 
 def totals_divergence(

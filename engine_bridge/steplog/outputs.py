@@ -3,8 +3,8 @@
 - `check_outputs` compares every output path with every input before anything is read: the
   same file (device and inode, symlinks followed) or, for an output that does not exist yet,
   the same resolved path, is refused; so is an output whose folder is missing or is not a
-  folder, or an output that is a folder. Each refusal is a `BadInput` naming the output
-  (exit 2).
+  folder, an output that is a folder (or ends in a separator), or an empty path. Each refusal
+  is a `BadInput` naming the output (exit 2).
 - `write_output` writes the whole text to a temporary file in the target's folder and renames
   it into place only when every byte is on disk, so a failure (a full disk, an unwritable
   folder) leaves the target as it was, never a truncated file. A target that is not a regular
@@ -69,8 +69,17 @@ def check_outputs(
             _check_target(what, out)
 
 
+def _empty(what: str, out: str) -> None:
+    """An empty path names no file: the folder above the working one would be its "folder"."""
+    if not out:
+        raise _refuse("''", f"{what} is an empty path: name a file")
+
+
 def _check_target(what: str, out: str) -> None:
     """An output whose folder exists and which is not itself a folder."""
+    _empty(what, out)
+    if out.endswith(os.sep) or (os.altsep is not None and out.endswith(os.altsep)):
+        raise _refuse(out, f"{what} ends in {out[-1]!r}: it names a folder, not a file")
     if os.path.isdir(out):
         raise _refuse(out, f"{what} is a directory, not a file")
     folder = os.path.dirname(os.path.abspath(out))
@@ -81,6 +90,7 @@ def _check_target(what: str, out: str) -> None:
 
 def check_output_dir(what: str, out_dir: str) -> None:
     """A folder to write files into: it exists as a folder, or its parent does (it is made)."""
+    _empty(what, out_dir)
     if os.path.isdir(out_dir):
         return
     if os.path.exists(out_dir):

@@ -151,3 +151,11 @@ def test_usage_errors() -> None:
     k5 = FIX / "draft-noise05-k5-greedy.ndjson.gz"
     code, _, err = invoke(["parity", str(sync), str(k5)])
     assert code == ExitCode.BAD_INPUT
+    # Each k with its log: the line named neither, so the user could not tell which is which.
+    k3, k4 = (
+        ROOT / "tests" / "traces" / "agree" / n
+        for n in ("sync_basic.ndjson", "async_structured_outputs.ndjson")
+    )
+    code, _, err = invoke(["parity", str(k3), str(k4)])
+    assert code == ExitCode.BAD_INPUT
+    assert f"num_speculative_tokens differs: 3 ({k3}) against 4 ({k4})" in err

@@ -97,3 +97,36 @@ def test_text_names_the_logs_engine() -> None:
     assert result.exit_code == 0, result.output
     assert "what llama.cpp reports under each release's counting:" in result.output
     assert "vLLM" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("case", "line", "says"),
+    [
+        ("missing", 1, ":1:1: cannot read: No such file or directory"),
+        ("empty", 1, ":1:1: empty log: no header record"),
+        ("header only", 1, "(incomplete: it ends before its totals record)"),
+        ("diverging", 8, "(it diverges here: the totals record (get_metrics) differs"),
+    ],
+)
+def test_a_log_that_does_not_agree_is_refused_with_its_reason(
+    tmp_path: Path, case: str, line: int, says: str
+) -> None:
+    """version-diff on a log the replay does not judge AGREE named only the verdict
+    ("(bad_input)", "(diverge)"): it now gives the reader's own file:line: reason for a log it
+    cannot read, and the first divergence's line and reason."""
+    diverging = Path(__file__).parents[1] / "traces" / "diverge" / "totals_mismatch.ndjson"
+    log = {
+        "missing": tmp_path / "missing.ndjson",
+        "empty": tmp_path / "empty.ndjson",
+        "header only": tmp_path / "header.ndjson",
+        "diverging": diverging,
+    }[case]
+    if case == "empty":
+        log.write_text("")
+    elif case == "header only":
+        log.write_text(diverging.read_text().splitlines()[0] + "\n")
+    result = CliRunner().invoke(main, ["version-diff", str(log)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"{log}:{line}:1")
+    assert says in result.stderr
+    assert "internal error" not in result.stderr
