@@ -335,11 +335,16 @@ def spec_totals(
     return drafts, tokens, accepted, per_pos
 
 
-def require_counters(scrape: Scrape, names: Iterable[str], what: str) -> None:
+def require_counters(
+    scrape: Scrape, names: Iterable[str], what: str, engine: str | None = None
+) -> None:
     """`BadInput` at the scrape where a label set lacks one of the counters ``names`` (vLLM's
     names; `PER_POS`: no position at all): sums reconciled with a counter it does not hold would
-    be compared with 0. ``what`` names the option that gave the scrape."""
-    for series in scrape.series.values():
+    be compared with 0. ``what`` names the option that gave the scrape; ``engine`` keeps the
+    label sets of that ``engine`` label only."""
+    for labels, series in scrape.series.items():
+        if engine is not None and dict(labels).get("engine") != engine:
+            continue
         lacks = [n for n in names if not (series.per_pos if n == PER_POS else n in series.scalars)]
         if lacks:
             raise BadInput(

@@ -151,7 +151,15 @@ def metrics_divergence(
 ) -> Divergence | None:
     """The final Prometheus scrape against the reference's vllm-legacy totals ``ref``
     (num_drafts, num_draft_tokens, num_accepted_tokens, per-position); None when they agree."""
-    from ..importers.prometheus import read_scrapes, spec_totals
+    from ..importers.prometheus import (
+        ACCEPTED,
+        DRAFT_TOKENS,
+        DRAFTS,
+        PER_POS,
+        read_scrapes,
+        require_counters,
+        spec_totals,
+    )
 
     scrapes = read_scrapes([metrics_path])
     if not scrapes:
@@ -159,6 +167,8 @@ def metrics_divergence(
     last = scrapes[-1]
     engine = None if header.engine_index is None else str(header.engine_index)
     _check_scrape_is_of(last, engine)
+    # A counter the scrape lacks is no zero to compare: a cut or filtered scrape.
+    require_counters(last, (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS), "--metrics", engine)
     got = spec_totals(last, header.k, engine=engine)
     table = rows(ref, got)
     if all(e == a for _, e, a in table):

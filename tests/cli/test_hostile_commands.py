@@ -125,6 +125,24 @@ def test_replay_metrics_of_another_engine_is_bad_input(tmp_path: Path, reference
     assert run("replay", log, "--metrics", scrape, *flags).exit_code == 0
 
 
+@pytest.mark.parametrize("reference", [False, True])
+@pytest.mark.parametrize(
+    "cut", ["num_drafts_total", "num_accepted_tokens_total", "num_accepted_tokens_per_pos"]
+)
+def test_replay_metrics_lacking_a_counter_is_bad_input(
+    tmp_path: Path, cut: str, reference: bool
+) -> None:
+    """A scrape cut short or filtered, without one of the counters the totals are compared
+    with, read it as 0: a false `divergence (metrics)`. Now exit 2 at the scrape, naming it."""
+    log = _engine_0_log(tmp_path)
+    scrape = tmp_path / "cut.prom"
+    kept = [line for line in _scrape(("m", "0")).splitlines() if f"_{cut}" not in line]
+    scrape.write_text("\n".join(kept) + "\n")
+    flags = ["--reference"] if reference else []
+    line = assert_bad(run("replay", log, "--metrics", scrape, *flags), "--metrics: scrape 1")
+    assert line.startswith(f"{scrape}:1:1:") and f"has no vllm:spec_decode_{cut}" in line
+
+
 def test_replay_metrics_of_two_models_is_bad_input(tmp_path: Path) -> None:
     """Two servers' scrapes in one file (two model_name label sets for the log's engine) were
     summed into a false divergence: exit 2 naming the models."""
