@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Hashable
 from typing import Any
 
 from ..steplog.limits import MAX_INT
 from ..steplog.source import BadInput, read_text, strict_loads
 from .findings import NOTE, OK, VIOLATION, Finding
+from .inputs import refuse_second
 from .requests import json_values
 
 FIELDS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens")
@@ -48,24 +50,23 @@ def _count(path: str, no: int, spec: dict[str, Any], name: str) -> int:
     return value
 
 
-def _refuse_copy(copies: dict[str, int], path: str, no: int, rec: dict[str, Any]) -> None:
+def _refuse_copy(copies: dict[Hashable, int], path: str, no: int, rec: dict[str, Any]) -> None:
     """`BadInput` at a record identical to an earlier one of the file, its ``iter`` included:
     a dump appended to itself, whose iterations would enter the totals twice (after a restart
     ``iter`` counts again, but the stats of a real iteration are never all the same)."""
     if "iter" not in rec:
         return
-    key = json.dumps(rec, sort_keys=True)
-    first = copies.get(key)
-    copies.setdefault(key, no)
-    if first is not None:
-        raise BadInput(
-            path,
-            no,
-            1,
+    refuse_second(
+        copies,
+        json.dumps(rec, sort_keys=True),
+        path,
+        no,
+        lambda first: (
             f"iteration {rec['iter']!r} appears twice, the same record both times (first at"
             f" line {first}): counted twice in the totals. A dump appended to itself? Keep one"
-            " copy",
-        )
+            " copy"
+        ),
+    )
 
 
 def check_files(paths: list[str]) -> list[Finding]:
@@ -73,7 +74,7 @@ def check_files(paths: list[str]) -> list[Finding]:
     for path in paths:
         totals = [0, 0, 0]
         seen = 0
-        copies: dict[str, int] = {}  # each iteration record (as JSON) and its first line
+        copies: dict[Hashable, int] = {}  # each iteration record (as JSON) and its first line
         for no, rec in _records(path):
             if isinstance(rec, str):  # trtllm-serve may return each record JSON-encoded
                 rec = strict_loads(path, no, rec)
