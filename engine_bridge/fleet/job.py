@@ -20,6 +20,7 @@ from spectally.reference.errors import SpectallyError
 from ..replay.dispatch import render_summary, replay_file, result_json
 from ..replay.options import ReplayOptions as ReplayOptions
 from ..steplog.records import BadInput
+from ..steplog.source import first_repeat
 
 
 class BackendUnavailable(SpectallyError):
@@ -88,30 +89,19 @@ def regular_file(path: str) -> bool:
 
 
 def check_distinct(paths: Sequence[str]) -> None:
-    """`BadInput` naming the second path when two name one log (the same device and inode,
-    through every symlink; ``-`` twice: stdin reads once): the fleet would count it twice."""
-    seen: dict[tuple[int, int] | str, str] = {}
-    for path in paths:
-        key: tuple[int, int] | str
-        if path == "-":
-            key = "-"
-        else:
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue  # missing or unreadable: its replay reports it
-            key = (st.st_dev, st.st_ino)
-        first = seen.get(key)
-        if first is None:
-            seen[key] = path
-        else:
-            raise BadInput(
-                path,
-                1,
-                1,
-                f"the same log as {first!r}, given twice: its counts would enter the fleet"
-                " totals twice (name each log once)",
-            )
+    """`BadInput` naming the second path when two name one log (`source.first_repeat`: the
+    same device and inode, through every symlink; ``-`` twice: stdin reads once): the fleet
+    would count it twice. A missing or unreadable path is left to its replay to report."""
+    repeat = first_repeat(paths)
+    if repeat is not None:
+        first, second = paths[repeat[0]], paths[repeat[1]]
+        raise BadInput(
+            second,
+            1,
+            1,
+            f"the same log as {first!r}, given twice: its counts would enter the fleet"
+            " totals twice (name each log once)",
+        )
 
 
 def read_engine_info(path: str, force_profile: str | None = None) -> EngineInfo | None:

@@ -6,46 +6,37 @@ no movement, a check that checks nothing.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Hashable, Iterable
 
-from ..steplog.source import BadInput
+from ..steplog.source import BadInput, first_repeat
 
 
 def refuse_repeats(inputs: Iterable[tuple[str, str | None]]) -> None:
-    """`BadInput` naming the second of two ``(what, path)`` inputs that are one file (device and
-    inode, through symlinks; ``-``, stdin, is read once too). ``None`` and a path that cannot be
-    looked at (its reader names why) are left out."""
-    seen: dict[tuple[int, int], tuple[str, str]] = {}
-    for what, path in inputs:
-        if path is None:
-            continue
-        if path == "-":  # stdin: its bytes come once, so a second reader would find none
-            key = (-1, -1)
-        else:
-            try:
-                st = os.stat(path)
-            except (OSError, ValueError):
-                continue
-            key = (st.st_dev, st.st_ino)
-        first = seen.setdefault(key, (what, path))
-        if first != (what, path) and path == "-":
-            raise BadInput(
-                path,
-                1,
-                1,
-                f"{what} is stdin, as {first[0]} is: stdin can be read once; save one of them"
-                " to a file",
-            )
-        if first != (what, path):
-            raise BadInput(
-                path,
-                1,
-                1,
-                f"{what} is the same file as {first[0]} ({first[1]!r}): name each input once"
-                " (read twice, its counts would enter the sums twice, or a scrape be compared"
-                " with itself)",
-            )
+    """`BadInput` naming the second of two ``(what, path)`` inputs that are one file
+    (`source.first_repeat`: device and inode, through symlinks; ``-``, stdin, is read once
+    too)."""
+    named = list(inputs)
+    repeat = first_repeat(path for _, path in named)
+    if repeat is None:
+        return
+    (first_what, first_path), (what, path) = named[repeat[0]], named[repeat[1]]
+    assert path is not None  # first_repeat leaves None paths out
+    if path == "-":
+        raise BadInput(
+            path,
+            1,
+            1,
+            f"{what} is stdin, as {first_what} is: stdin can be read once; save one of them"
+            " to a file",
+        )
+    raise BadInput(
+        path,
+        1,
+        1,
+        f"{what} is the same file as {first_what} ({first_path!r}): name each input once"
+        " (read twice, its counts would enter the sums twice, or a scrape be compared"
+        " with itself)",
+    )
 
 
 def refuse_second(

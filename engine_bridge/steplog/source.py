@@ -33,7 +33,7 @@ import re
 import stat
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import accumulate, count
 from typing import Any, BinaryIO, cast
 
@@ -130,6 +130,28 @@ def rereadable(path: str) -> bool:
     except (OSError, ValueError):
         return True
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def first_repeat(paths: Iterable[str | None]) -> tuple[int, int] | None:
+    """The indices (earlier, later) of the first two ``paths`` that name one input: the same
+    device and inode, through every symlink, or ``-`` twice (stdin gives its bytes once). A
+    ``None`` path, or one that cannot be looked at (its reader says why), is left out."""
+    seen: dict[tuple[int, int], int] = {}
+    for i, path in enumerate(paths):
+        if path is None:
+            continue
+        if path == "-":
+            key = (-1, -1)
+        else:
+            try:
+                st = os.stat(path)
+            except (OSError, ValueError):  # ValueError: a NUL in the path
+                continue
+            key = (st.st_dev, st.st_ino)
+        first = seen.setdefault(key, i)
+        if first != i:
+            return first, i
+    return None
 
 
 def log_bytes(path: str) -> int | None:
