@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import not_ended
 from spectally.engine_bridge import synth
 from spectally.exit_codes import ExitCode
 
@@ -34,12 +35,14 @@ def _children(pid: int) -> set[int]:
     return out
 
 
-def _running(pid: int) -> bool:
+def _bytes_read(pid: int) -> int:
+    """The bytes ``pid`` has read so far (``rchar``: every read, from files and pipes alike);
+    0 once it is gone. A worker process starts at 0: the counter is not inherited."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        text = Path(f"/proc/{pid}/io").read_text()
     except OSError:
-        return False
-    return state != "Z"
+        return 0
+    return next(int(line.split()[1]) for line in text.splitlines() if line.startswith("rchar:"))
 
 
 def _ctrl_c_as_from_a_terminal() -> None:
@@ -48,9 +51,10 @@ def _ctrl_c_as_from_a_terminal() -> None:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_ctrl_c_ends_workers_busy_in_long_logs(tmp_path: Path) -> None:
-    """Two logs each a worker replays for minutes (the reference machine, every invariant
-    after every event): SIGINT once both workers run. The command exits 130 and, by the time
-    it has, no worker is running: they are ended, not left to finish their logs."""
+    """Two logs each a worker replays for tens of seconds (the reference machine, every
+    invariant after every event): SIGINT once both workers run. The command exits 130 and, by
+    the time it has, no worker is running, and neither ever read its log to the end: they were
+    ended mid-log, not left to finish (which would also leave none running by the exit)."""
     logs = []
     for seed in (1, 2):
         path = tmp_path / f"long-{seed}.ndjson"
@@ -65,6 +69,7 @@ def test_ctrl_c_ends_workers_busy_in_long_logs(tmp_path: Path) -> None:
         preexec_fn=_ctrl_c_as_from_a_terminal,
     )
     workers: set[int] = set()
+    read: dict[int, int] = {}
     try:
         deadline = time.monotonic() + 120  # how long the workers may take to start
         while len(workers) < 2 and time.monotonic() < deadline:
@@ -72,19 +77,26 @@ def test_ctrl_c_ends_workers_busy_in_long_logs(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert len(workers) >= 2, f"workers never started: {workers}"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            for pid in workers:  # what each has read so far (it reads its log as it goes)
+                read[pid] = max(read.get(pid, 0), _bytes_read(pid))
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=5)
     finally:
         if proc.poll() is None:
             for pid in (*workers, proc.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.communicate()
-    left = [w for w in workers if _running(w)]
+    left = not_ended(workers)
     for pid in left:  # a failed run leaves nothing running behind it
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert not left, f"workers still replaying after the command ended: {left}"
+    size = min(Path(log).stat().st_size for log in logs)
+    assert all(n < size for n in read.values()), f"a worker read its whole log: {read}"
     assert "agree" not in out.lower(), out  # no report that looks complete
 
 
