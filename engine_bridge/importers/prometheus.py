@@ -118,8 +118,8 @@ def read_scrapes(paths: Iterable[str]) -> list[Scrape]:
     """Every scrape of every file, in order (each read through `source`: path or -, gzip, strict
     UTF-8, bounded lines). Malformed sample lines, samples beyond docs/limits.md (a non-finite
     or huge counter, a position >= MAX_K), a per-position sample whose position is no index
-    (``x``, ``-1``, ``01``, none), a series twice in one scrape and a file without any
-    spec-decode sample raise `BadInput`."""
+    (``x``, ``-1``, ``01``, none), a series that skips a position, a series twice in one
+    scrape and a file without any spec-decode sample raise `BadInput`."""
     scrapes: list[Scrape] = []
     for path in paths:
         if not _read_into(scrapes, path, iter_text_lines(path)):
@@ -153,6 +153,7 @@ def scrapes_of_text(text: str, name: str = "<scrape>") -> list[Scrape]:
 
 def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]]) -> bool:
     """Append the scrapes of one file's ``lines``; whether it had any spec-decode sample."""
+    start = len(scrapes)
     current: Scrape | None = None
     seen_meta: set[tuple[str, str]] = set()
     # the current scrape's series, each with its first line: a second is refused
@@ -190,7 +191,28 @@ def _read_into(scrapes: list[Scrape], path: str, lines: Iterable[tuple[int, str]
             _check_repeat(seen, path, lineno, sample.name, labels)
             _add_sample(current, sample.name, labels, sample.value, lineno)
             found = True
+    for scrape in scrapes[start:]:
+        for series in scrape.series.values():
+            _check_positions(path, series)
     return found
+
+
+def _check_positions(path: str, series: Series) -> None:
+    """Refuse a series whose draft positions skip one: vLLM exports every position 0..k-1
+    from its start (0 until a draft there is accepted), so a gap is a cut or edited scrape,
+    and the missing position would otherwise read as 0 accepted."""
+    missing = next((i for i in range(len(series.per_pos)) if i not in series.per_pos), None)
+    if missing is None:
+        return
+    after = min(i for i in series.per_pos if i > missing)
+    raise BadInput(
+        path,
+        series.per_pos[after][1],
+        1,
+        f"{PER_POS}_total{series.name()} has position {after} but not {missing}: vLLM exports"
+        " every draft position 0..k-1, so the missing one would read as 0 accepted (a cut or"
+        " edited scrape?)",
+    )
 
 
 def _check_repeat(

@@ -290,6 +290,28 @@ def test_per_position_sample_without_a_position(tmp_path: Path) -> None:
     assert "_per_pos_total without a position label" in out
 
 
+@pytest.mark.parametrize("position", ["0", "1"])
+def test_per_position_samples_with_a_gap(tmp_path: Path, position: str) -> None:
+    """A scrape missing one draft position (a cut or edited scrape; vLLM exports every one)
+    read it as 0 accepted: the checks then reported a per-position increase or a wrong sum.
+    It is refused at the next position's sample."""
+    text = one_scrape()
+    lines = text.splitlines(keepends=True)
+    gone = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+        and f'position="{position}"' in line
+    )
+    scrape = tmp_path / "gap.prom"
+    scrape.write_text("".join(lines[:gone] + lines[gone + 1 :]))
+    code, out = spectally("import", "prometheus", str(scrape))
+    assert code == ExitCode.BAD_INPUT, out
+    # The sample after the removed one moved up to its line.
+    assert out.startswith(f"{scrape}:{gone + 1}:1: vllm:spec_decode_num_accepted_tokens_per_pos")
+    assert f"has position {int(position) + 1} but not {position}" in out
+
+
 def _iteration(i: int, accepted: int = 3, length: float | None = None) -> dict[str, object]:
     """One TensorRT-LLM iteration record (IterationStats.specDecodingStats of two requests;
     ``length``: an acceptanceLength other than the executor's)."""
