@@ -177,8 +177,8 @@ def _refuse_repeated_ids(found: list[RequestMetrics]) -> None:
 
 def read_requests(paths: list[str]) -> list[RequestMetrics]:
     """The metrics of every file, each read through `source` (path or -, gzip, strict UTF-8,
-    bounded lines). A file without any is `BadInput`: nothing was checked, so exit 0 would lie
-    (a step log is named as one: it is replay's input)."""
+    bounded: `read_text`). A file without any is `BadInput`: nothing was checked, so exit 0
+    would lie (a step log is named as one: it is replay's input)."""
     out: list[RequestMetrics] = []
     for path in paths:
         found: list[RequestMetrics] = []

@@ -288,7 +288,7 @@ def _bounded_int(path: str, text: str) -> Callable[[str], int]:
 
 def read_responses(path: str) -> list[tuple[int, int]]:
     """(draft_n, draft_n_accepted) of every response that drafted (a JSON list or NDJSON)."""
-    text = read_text(path)  # plain, gzip or -, bounded lines, strict UTF-8
+    text = read_text(path)  # plain, gzip or -, bounded, strict UTF-8
     _check_responses_text(path, text)
     items: list[tuple[int, Any]] = []
     as_int = _bounded_int(path, text)

@@ -20,6 +20,12 @@ MAX_K = 1024
 # Prometheus sample or a vLLM log line well under 4 KiB.
 MAX_LINE_BYTES = 1 << 20
 
+# A whole document, in bytes: the JSON and YAML inputs read at once (per-request metrics, llama.cpp
+# --responses, TensorRT-LLM iteration stats, `lint`'s files). Such a file is often one line
+# (json.dump without indent writes one), so a line of it may be as long as the document; the
+# reader holds the whole text anyway. One request's metrics with 16 detailed steps are ~450 bytes.
+MAX_DOCUMENT_BYTES = 256 << 20
+
 # JSON nesting depth (objects and arrays). Step-log records nest 3 deep; CPython's own JSON
 # scanner raises RecursionError near 1,000.
 MAX_DEPTH = 64

@@ -9,8 +9,10 @@ What it guarantees, each failure a `BadInput` with ``file:line:column``:
   byte-order mark a "convert to UTF-8 first" one; a corrupt or truncated gzip
   stream (bad CRC, bad length, cut short, zlib error) is reported at the line it broke in;
 * every line at most ``limits.MAX_LINE_BYTES`` (read with a bounded ``readline``, so one huge
-  line never sits in memory), strict UTF-8 (no surrogates), no byte-order mark except one at
-  the very start of the input (dropped), JSON nesting at most ``limits.MAX_DEPTH``;
+  line never sits in memory; a document read whole, `read_text`, at most
+  ``limits.MAX_DOCUMENT_BYTES`` in all, however its lines fall), strict UTF-8 (no
+  surrogates), no byte-order mark except one at the very start of the input (dropped), JSON
+  nesting at most ``limits.MAX_DEPTH``;
 * JSON values: no duplicate keys, no NaN/Infinity, integers within ``limits.MAX_INT``
   (`strict_loads`), so "last key wins" never hides a second value.
 
@@ -39,7 +41,14 @@ from typing import Any, BinaryIO, cast
 
 from spectally.reference.errors import SpectallyError
 
-from .limits import MAX_DEPTH, MAX_INT, MAX_INT_DIGITS, MAX_LINE_BYTES, digits_too_long
+from .limits import (
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    MAX_INT,
+    MAX_INT_DIGITS,
+    MAX_LINE_BYTES,
+    digits_too_long,
+)
 
 
 class BadInput(SpectallyError):
@@ -177,13 +186,18 @@ def log_bytes(path: str) -> int | None:
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
-def copy_checked(path: str, out: BinaryIO) -> None:
+def copy_checked(
+    path: str, out: BinaryIO, *, max_line: int = MAX_LINE_BYTES, max_bytes: int | None = None
+) -> None:
     """Copy the decompressed bytes of ``path`` (a stream: stdin, a pipe) to ``out``, MAX_LINE_BYTES
-    at a time, stopping with `BadInput` at the first line longer than that or the first control
-    byte no NDJSON line holds: an endless input (``/dev/zero``, ``/dev/urandom``, a pipe
-    that never ends a line) ends there instead of filling the disk."""
+    at a time, stopping with `BadInput` at the first line longer than ``max_line``, past
+    ``max_bytes`` in all (when given) or at the first control byte no NDJSON line holds: an
+    endless input (``/dev/zero``, ``/dev/urandom``, a pipe that never ends a line) ends there
+    instead of filling the disk."""
+    assert max_line >= MAX_LINE_BYTES  # a chunk then never holds a whole line that is too long
     stream = open_binary(path)
     line, run = 1, 0  # the line being read, and its bytes so far
+    total = 0
     try:
         while True:
             try:
@@ -202,17 +216,27 @@ def copy_checked(path: str, out: BinaryIO) -> None:
                     path,
                     line + nl,
                     col,
-                    f"control byte 0x{chunk[at]:02x}: not a JSON line (is this a step log?)",
+                    f"control byte 0x{chunk[at]:02x}: no JSON or YAML text holds one (a binary"
+                    " file?)",
+                )
+            total += len(chunk)
+            if max_bytes is not None and total > max_bytes:
+                raise BadInput(
+                    path,
+                    line + chunk.count(b"\n"),
+                    1,
+                    f"input larger than the limit of {max_bytes} bytes for a document read"
+                    " whole (docs/limits.md)",
                 )
             last = chunk.rfind(b"\n")
             if last < 0:
                 run += len(chunk)
             else:
-                if run + chunk.find(b"\n") > MAX_LINE_BYTES:
+                if run + chunk.find(b"\n") > max_line:
                     break
                 line += chunk.count(b"\n")
                 run = len(chunk) - last - 1
-            if run > MAX_LINE_BYTES:  # (a chunk holds at most the limit: no long line inside)
+            if run > max_line:  # (a chunk holds at most the limit: no long line inside)
                 break
             out.write(chunk)
     finally:
@@ -220,8 +244,8 @@ def copy_checked(path: str, out: BinaryIO) -> None:
     raise BadInput(
         path,
         line,
-        MAX_LINE_BYTES + 1,
-        f"line longer than the limit of {MAX_LINE_BYTES} bytes (docs/limits.md)",
+        max_line + 1,
+        f"line longer than the limit of {max_line} bytes (docs/limits.md)",
     )
 
 
@@ -356,8 +380,24 @@ def iter_text_lines(path: str) -> Iterator[tuple[int, str]]:
 
 
 def read_text(path: str) -> str:
-    """A whole text input, every line checked as `iter_text_lines` checks it."""
-    return "".join(text + "\n" for _, text in iter_text_lines(path))
+    """A whole document (JSON or YAML read at once), each line checked as `iter_text_lines`
+    checks it, except that one line may be the whole document (`json.dump` writes one line):
+    at most MAX_DOCUMENT_BYTES in all, read by `copy_checked`, so an endless input ends at its
+    first control byte or at that limit."""
+    buffer = io.BytesIO()
+    copy_checked(path, buffer, max_line=MAX_DOCUMENT_BYTES, max_bytes=MAX_DOCUMENT_BYTES)
+    data = buffer.getvalue()
+    if data.startswith(BOM):
+        data = data[len(BOM) :]
+    lines = data.split(b"\n")
+    if lines[-1] == b"":  # the newline that ends the last line (or an empty input)
+        lines.pop()
+    parts: list[str] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.isascii() or line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+            check_line(path, lineno, line)
+        parts.append(decode(path, lineno, line) + "\n")
+    return "".join(parts)
 
 
 # -- strict JSON ---------------------------------------------------------------------------------

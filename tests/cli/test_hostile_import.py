@@ -243,6 +243,21 @@ def llamacpp_with_responses(tmp_path: Path, responses: Path) -> tuple[int, str]:
     )
 
 
+def test_llamacpp_responses_on_one_line_longer_than_a_line_may_be(tmp_path: Path) -> None:
+    """The capture's responses, each with 60 KB of generated text, dumped on one line (~1.2 MB)
+    as json.dump writes them: read like the committed file, where the line limit refused it."""
+    run = FIX / "llamacpp/noise05"
+    replies = json.loads(Path(f"{run}.responses.json").read_text())
+    for reply in replies:
+        reply["content"] = "x" * 60_000
+    responses = tmp_path / "responses.json"
+    responses.write_text(json.dumps(replies))
+    assert responses.stat().st_size > 1 << 20
+    read = llamacpp_with_responses(tmp_path, responses)
+    assert read == llamacpp_with_responses(tmp_path, Path(f"{run}.responses.json"))
+    assert read[0] != ExitCode.BAD_INPUT, read[1]
+
+
 @pytest.mark.parametrize("content", ["", "[]\n", '{"responses": []}\n'])
 def test_llamacpp_empty_responses(tmp_path: Path, content: str) -> None:
     """An empty --responses file compared no response with the log: 'only in the log [...]',
