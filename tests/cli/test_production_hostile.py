@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -307,7 +308,10 @@ def test_replay_of_an_endless_device_ends_with_exit_2(device: str, path: str) ->
         check=False,
     )
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr
-    assert proc.stderr.startswith(f"{device}:1:"), proc.stderr
+    # Random bytes hold a newline before the first byte refused about once in 30 reads: the
+    # message then names line 2 or later. Zeros hold no newline.
+    line = "1" if device == "/dev/zero" else r"\d+"
+    assert re.match(rf"{device}:{line}:\d+: ", proc.stderr), proc.stderr
 
 
 def test_replay_of_a_pipe_that_never_ends_a_line() -> None:
