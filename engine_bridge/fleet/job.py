@@ -20,7 +20,7 @@ from spectally.reference.errors import SpectallyError
 from ..replay.dispatch import render_summary, replay_file, result_json
 from ..replay.options import ReplayOptions as ReplayOptions
 from ..steplog.records import BadInput
-from ..steplog.source import first_repeat
+from ..steplog.source import first_copy, first_repeat
 
 
 class BackendUnavailable(SpectallyError):
@@ -90,8 +90,9 @@ def regular_file(path: str) -> bool:
 
 def check_distinct(paths: Sequence[str]) -> None:
     """`BadInput` naming the second path when two name one log (`source.first_repeat`: the
-    same device and inode, through every symlink; ``-`` twice: stdin reads once): the fleet
-    would count it twice. A missing or unreadable path is left to its replay to report."""
+    same device and inode, through every symlink; ``-`` twice: stdin reads once) or hold one
+    log (`source.first_copy`: a copy, or a log and its gzipped copy): the fleet would count it
+    twice. A missing or unreadable path is left to its replay to report."""
     repeat = first_repeat(paths)
     if repeat is not None:
         first, second = paths[repeat[0]], paths[repeat[1]]
@@ -101,6 +102,16 @@ def check_distinct(paths: Sequence[str]) -> None:
             1,
             f"the same log as {first!r}, given twice: its counts would enter the fleet"
             " totals twice (name each log once)",
+        )
+    copy = first_copy(paths) if len(paths) > 1 else None
+    if copy is not None:
+        first, second = paths[copy[0]], paths[copy[1]]
+        raise BadInput(
+            second,
+            1,
+            1,
+            f"a copy of {first!r} (the same content, maybe one of them gzipped): its counts"
+            " would enter the fleet totals twice (name each log once)",
         )
 
 

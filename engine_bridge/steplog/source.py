@@ -163,6 +163,39 @@ def first_repeat(paths: Iterable[str | None]) -> tuple[int, int] | None:
     return None
 
 
+# How much of a log's start (decompressed) tells a copy of it: with its size, the first 64 KiB
+# hold hundreds of records, whose request ids an engine draws at random in every run.
+COPY_PREFIX_BYTES = 1 << 16
+
+
+def first_copy(paths: Iterable[str | None]) -> tuple[int, int] | None:
+    """The indices (earlier, later) of the first two regular files among ``paths`` with one
+    content: the same decompressed size and the same first `COPY_PREFIX_BYTES` (a copy, or a
+    log and its gzipped copy). A ``None`` path, a stream, an empty file and one that cannot be
+    read (its reader says why) are left out."""
+    import hashlib  # here: only a replay of several logs looks for copies
+
+    seen: dict[tuple[int, bytes], int] = {}
+    for i, path in enumerate(paths):
+        if path is None or not rereadable(path):
+            continue
+        size = log_bytes(path)
+        if not size:
+            continue
+        try:
+            stream = open_binary(path)
+            try:
+                head = stream.read(COPY_PREFIX_BYTES)
+            finally:
+                close_stream(stream)
+        except (BadInput, OSError, *_GZIP_ERRORS):
+            continue
+        first = seen.setdefault((size, hashlib.blake2b(head, digest_size=16).digest()), i)
+        if first != i:
+            return first, i
+    return None
+
+
 def log_bytes(path: str) -> int | None:
     """The decompressed size of a regular file: its size on disk, or a gzip file's recorded
     length (ISIZE: the length modulo 2**32; a value below the file's own size means it wrapped,

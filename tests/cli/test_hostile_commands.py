@@ -76,6 +76,26 @@ def test_replay_refuses_one_log_given_twice(tmp_path: Path, spelling: str) -> No
     assert line.startswith(f"{second}:1:1: the same log as {first!r}")
 
 
+@pytest.mark.parametrize("copy", ["plain", "gzipped"])
+def test_replay_refuses_a_copy_of_a_log(tmp_path: Path, copy: str) -> None:
+    """A log next to its copy or its gzipped copy (`logs/*`: run.ndjson and run.ndjson.gz)
+    entered the fleet totals twice: refused, exit 2, naming the copy, before any replay."""
+    data = SYNC.read_bytes()
+    second = tmp_path / ("copy.ndjson" if copy == "plain" else "copy.ndjson.gz")
+    second.write_bytes(data if copy == "plain" else gzip.compress(data))
+    line = assert_bad(run("replay", "--jobs", "1", str(SYNC), str(second)), "a copy of")
+    assert line.startswith(f"{second}:1:1: a copy of {str(SYNC)!r}")
+
+
+def test_replay_of_a_log_and_its_cut_copy_is_not_a_copy(tmp_path: Path) -> None:
+    """The same first bytes but not the same size: two logs (a cut copy replays as itself)."""
+    data = SYNC.read_bytes()
+    cut = tmp_path / "cut.ndjson"
+    cut.write_bytes(data[: data.rindex(b"\n", 0, len(data) - 1) + 1])
+    result = run("replay", "--jobs", "1", str(SYNC), str(cut))
+    assert "a copy of" not in result.output, result.output
+
+
 def test_replay_of_two_logs_still_merges() -> None:
     other = SYNC.parent / "async_structured_outputs.ndjson"
     result = run("replay", "--jobs", "1", SYNC, other)

@@ -104,12 +104,14 @@ def test_jobs_from_a_folder_holding_spectally(tmp_path: Path) -> None:
     """The workers import the installed package, never the working directory's folder."""
     (tmp_path / "spectally").mkdir()
     (tmp_path / "spectally" / "README").write_text("a user's own folder\n")
-    for name in ("a.ndjson", "b.ndjson"):
-        shutil.copy(LOG, tmp_path / name)
+    shutil.copy(LOG, tmp_path / "a.ndjson")
+    shutil.copy(
+        EXAMPLE / "vllm-0.32-cpu-sync-draft-model-so-json.ndjson.gz", tmp_path / "b.ndjson.gz"
+    )
     script = shutil.which("spectally", path=os.path.dirname(sys.executable))
     command = [script] if script else [sys.executable, "-m", "spectally"]
     proc = subprocess.run(
-        [*command, "replay", "--jobs", "2", "a.ndjson", "b.ndjson"],
+        [*command, "replay", "--jobs", "2", "a.ndjson", "b.ndjson.gz"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
