@@ -8,7 +8,8 @@ forward pass, accepted = accepted by the target without the bonus token, a step 
 verification of one request; acceptance rate = accepted / drafted, mean acceptance length =
 1 + accepted / steps). The engines' own meanings come from `engine_bridge/engines.py`.
 
-Only the first lines are read (`HEAD_LINES`), through the readers' shared opener (plain, gzip,
+Only the first lines are read (`HEAD_LINES`; a JSON document on one line whole, up to the
+document limit, as the importers read it), through the readers' shared opener (plain, gzip,
 ``-``). vLLM's log layouts are recognised by the ``import logs`` reader's own parser, called in
 one place (`_vllm_log`), and vLLM's per-request metrics by the ``import requests`` reader's
 (`_explain_vllm_requests`). A JSON file is explained by the first of its records that holds
@@ -70,7 +71,7 @@ class Explanation:
 
 
 def _head(path: str) -> list[tuple[int, str]]:
-    from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
+    from spectally.engine_bridge.steplog.limits import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
     from spectally.engine_bridge.steplog.source import (
         BOM,
         BadInput,
@@ -85,12 +86,19 @@ def _head(path: str) -> list[tuple[int, str]]:
         for no in range(1, HEAD_LINES + 1):
             try:
                 raw = stream.readline(MAX_LINE_BYTES + 1)
+                limit = MAX_LINE_BYTES
+                cut = len(raw) > limit and not raw.endswith(b"\n")  # the line goes on
+                if cut and raw.lstrip(BOM + b" \t").startswith((b"[", b"{")):
+                    # A JSON document on one line (json.dump writes one): read as the
+                    # importers read it, up to the document limit.
+                    limit = MAX_DOCUMENT_BYTES
+                    raw += stream.readline(limit + 1 - len(raw))
             except (EOFError, OSError, zlib.error) as exc:
                 raise BadInput(path, no, 1, gzip_error(exc)) from None
             if not raw:
                 break
-            if len(raw) > MAX_LINE_BYTES:
-                raise BadInput(path, no, 1, f"line longer than {MAX_LINE_BYTES} bytes")
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise BadInput(path, no, 1, f"line longer than {limit} bytes")
             if no == 1 and raw.startswith(BOM):  # dropped, as every reader drops it
                 raw = raw[len(BOM) :]
             out.append((no, raw.decode("utf-8", errors="replace").rstrip("\r\n")))

@@ -138,3 +138,29 @@ def test_bom_json_is_read(tmp_path: Path) -> None:
     code, out = explain(str(f))
     assert code == 0, out
     assert "per-request responses (JSON) of llama.cpp" in out
+
+
+def test_a_json_dump_on_one_line_past_the_line_limit(tmp_path: Path) -> None:
+    """vLLM's per-request metrics dumped on one line (json.dump, ~1.4 MB): what `import
+    requests` reads whole, explain refused as a line over the line limit."""
+    source = FIX / "vllm/serve-draft-noise05-k3-so-json.requests.jsonl"
+    items = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    f = tmp_path / "results.json"
+    f.write_text(json.dumps(items * (1 + (1 << 20) // len(source.read_bytes()))))
+    assert f.stat().st_size > 1 << 20
+    code, out = explain(str(f))
+    assert code == 0, out
+    assert out.splitlines()[0].endswith("per-request spec-decode metrics (JSON) of vLLM")
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_line_at_and_past_the_line_limit(tmp_path: Path, extra: int) -> None:
+    """A line of exactly the limit is read (it was refused one byte early); one byte more is
+    refused, where the line is not JSON."""
+    from spectally.engine_bridge.steplog.limits import MAX_LINE_BYTES
+
+    f = tmp_path / "long.log"
+    f.write_bytes(b"x" * (MAX_LINE_BYTES + extra) + b"\n")
+    code, out = explain(str(f))
+    assert code == 2, out
+    assert ("line longer than" in out) == bool(extra), out
