@@ -93,25 +93,16 @@ def check_distinct(paths: Sequence[str]) -> None:
     same device and inode, through every symlink; ``-`` twice: stdin reads once) or hold one
     log (`source.first_copy`: a copy, or a log and its gzipped copy): the fleet would count it
     twice. A missing or unreadable path is left to its replay to report."""
-    repeat = first_repeat(paths)
-    if repeat is not None:
-        first, second = paths[repeat[0]], paths[repeat[1]]
+    pair, what = first_repeat(paths), "the same log as {}, given twice"
+    if pair is None and len(paths) > 1:
+        pair, what = first_copy(paths), "a copy of {} (the same content, maybe one of them gzipped)"
+    if pair is not None:
         raise BadInput(
-            second,
+            paths[pair[1]],
             1,
             1,
-            f"the same log as {first!r}, given twice: its counts would enter the fleet"
-            " totals twice (name each log once)",
-        )
-    copy = first_copy(paths) if len(paths) > 1 else None
-    if copy is not None:
-        first, second = paths[copy[0]], paths[copy[1]]
-        raise BadInput(
-            second,
-            1,
-            1,
-            f"a copy of {first!r} (the same content, maybe one of them gzipped): its counts"
-            " would enter the fleet totals twice (name each log once)",
+            what.format(repr(paths[pair[0]]))
+            + ": its counts would enter the fleet totals twice (name each log once)",
         )
 
 
