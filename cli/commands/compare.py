@@ -11,7 +11,7 @@ import sys
 import click
 from spectally.exit_codes import ExitCode, combine
 
-from . import exits
+from . import exits, options
 
 EXIT_HELP = exits.epilog(
     "0 both logs replay AGREE and the comparison is printed (comparable or not);"
@@ -25,7 +25,8 @@ EXIT_HELP = exits.epilog(
 @click.argument("log_a", type=click.Path(dir_okay=False))
 @click.argument("log_b", type=click.Path(dir_okay=False))
 @click.option("--json", "json_out", is_flag=True, help="print JSON")
-def compare(log_a: str, log_b: str, json_out: bool) -> None:
+@options.force_profile
+def compare(log_a: str, log_b: str, json_out: bool, force_profile: str | None) -> None:
     """Say whether two step logs' acceptance figures are comparable as their engines report
     them, and give both in the RFC's terms side by side with every difference explained."""
     from spectally.engine_bridge.compare.engines import Side, as_json, render
@@ -34,7 +35,10 @@ def compare(log_a: str, log_b: str, json_out: bool) -> None:
     if log_a == log_b == "-":  # the second read of stdin finds it empty: "empty log"
         raise click.UsageError("stdin is read once: give - for at most one of LOG_A and LOG_B")
 
-    results = [replay_file(p, reference=True, progress=False) for p in (log_a, log_b)]
+    results = [
+        replay_file(p, reference=True, progress=False, force_profile=force_profile)
+        for p in (log_a, log_b)
+    ]
     codes = [ExitCode(r.exit_code) for r in results]
     if any(c is not ExitCode.OK for c in codes):
         for r in results:

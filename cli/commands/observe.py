@@ -9,7 +9,7 @@ import sys
 import click
 from spectally.exit_codes import ExitCode
 
-from . import exits
+from . import exits, options
 
 SCHEME_NAMES = ("vllm", "rfc", "backport")
 # The other exporter families' schemes (engine_bridge/observe/families.py), written on request.
@@ -56,7 +56,14 @@ def _bad_input(message: str) -> None:
     help="a step log to replay into a `promtool test rules` file (repeatable): the reference's"
     " counters after each step as input series, its metrics as expected values",
 )
-def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, ...]) -> None:
+@options.force_profile
+def rules(
+    out_dir: str,
+    schemes: tuple[str, ...],
+    window: str,
+    logs: tuple[str, ...],
+    force_profile: str | None,
+) -> None:
     """Write Prometheus recording and alert rules for the spec's derived metrics.
 
     Check them with `promtool check rules DIR/spectally-rules.yml`; with --tests-from, run
@@ -65,6 +72,8 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
     from spectally.engine_bridge.steplog.outputs import check_output_dir, check_outputs
     from spectally.engine_bridge.steplog.records import BadInput
 
+    if force_profile is not None and not logs:
+        raise click.UsageError("--force-profile applies to the --tests-from logs: give one")
     if logs and window != "5m":
         raise click.UsageError("--tests-from checks the 5m rules: leave --window at 5m")
     if logs and set(schemes) - set(SCHEME_NAMES):
@@ -86,7 +95,7 @@ def rules(out_dir: str, schemes: tuple[str, ...], window: str, logs: tuple[str, 
         )
         tests, incomplete = [], []
         for log, test_path in zip(logs, test_paths, strict=True):
-            text, cut = _rules_test(log, names)
+            text, cut = _rules_test(log, names, force_profile)
             tests.append((test_path, text))
             if cut is not None:
                 incomplete.append(f"{cut}: incomplete, its test pins the counts up to there")
@@ -129,15 +138,18 @@ def _test_paths(out_dir: str, logs: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _rules_test(log: str, names: list[str] | None) -> tuple[str, str | None]:
-    """The promtool test of one log, and where the log ends when it has no totals record
-    (None: complete); `BadInput` for a log the replay refuses or that diverges (a test of a
-    diverging log would pin counts that are not the spec's)."""
+def _rules_test(
+    log: str, names: list[str] | None, force_profile: str | None
+) -> tuple[str, str | None]:
+    """The promtool test of one log (replayed under ``force_profile`` when given), and where
+    the log ends when it has no totals record (None: complete); `BadInput` for a log the replay
+    refuses or that diverges (a test of a diverging log would pin counts that are not the
+    spec's)."""
     from spectally.engine_bridge.observe import promtest
     from spectally.engine_bridge.observe.timeline import replay_timeline
     from spectally.engine_bridge.steplog.records import BadInput
 
-    tl = replay_timeline(log)
+    tl = replay_timeline(log, force_profile=force_profile)
     if tl.engine_name != "vllm":  # its counts would be fed in under vLLM's series names
         raise BadInput(
             log,
@@ -280,7 +292,10 @@ def export_group() -> None:
     help="JSON Lines file, one SpecDecodeAcceptanceRecord per request (default: stdout)",
 )
 @click.option("--validate", is_flag=True, help="validate every record with AIPerf's own model")
-def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
+@options.force_profile
+def aiperf_cmd(
+    log: str, profile: str, out_file: str, validate: bool, force_profile: str | None
+) -> None:
     """Per-request acceptance of a step log as AIPerf's SpecDecodeAcceptanceRecord (JSON
     Lines), so a benchmark run and a production log compare in one tool (docs/observe.md)."""
     from spectally.engine_bridge.observe import aiperf
@@ -289,7 +304,7 @@ def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
 
     try:
         check_outputs([("--out", out_file)], [("LOG", log)])
-        result = aiperf.export(log, profile)
+        result = aiperf.export(log, profile, force_profile=force_profile)
     except BadInput as exc:
         _bad_input(str(exc))
     if validate:
@@ -311,7 +326,9 @@ def aiperf_cmd(log: str, profile: str, out_file: str, validate: bool) -> None:
         except BadInput as exc:
             _bad_input(str(exc))
     click.echo(
-        f"{len(result.records)} records ({result.profile})"
+        f"{len(result.records)} records ({result.profile}"
+        + (f"; the log replayed under {force_profile} FORCED" if force_profile else "")
+        + ")"
         + (f", {result.skipped} requests without a spec step skipped" if result.skipped else ""),
         err=True,
     )

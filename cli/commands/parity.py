@@ -9,7 +9,7 @@ import sys
 import click
 from spectally.exit_codes import ExitCode
 
-from . import exits
+from . import exits, options
 
 EPILOG = exits.epilog(
     "0 every request whose token story is the same in both runs has the same rfc"
@@ -25,7 +25,10 @@ EPILOG = exits.epilog(
 @click.argument("async_log", type=click.Path(dir_okay=False, allow_dash=False))
 @click.option("--json", "as_json", is_flag=True, help="machine-readable report on stdout")
 @click.option("-v", "--verbose", is_flag=True, help="one line per request, equal ones included")
-def parity(sync_log: str, async_log: str, as_json: bool, verbose: bool) -> None:
+@options.force_profile
+def parity(
+    sync_log: str, async_log: str, as_json: bool, verbose: bool, force_profile: str | None
+) -> None:
     """Compare each request of a sync run with the same request of an async run of the same
     workload: where the token story (applied blocks, preemptions, how the request ended) is the
     same, every rfc counter must be the same; where it is not, show the first place the
@@ -40,7 +43,7 @@ def parity(sync_log: str, async_log: str, as_json: bool, verbose: bool) -> None:
     )
 
     try:
-        runs = [read_run(path) for path in (sync_log, async_log)]
+        runs = [read_run(path, force_profile=force_profile) for path in (sync_log, async_log)]
         report = compare_runs(runs[0], runs[1])
     except BadInput as exc:
         click.echo(f"spectally parity: {exc}", err=True)
@@ -51,6 +54,8 @@ def parity(sync_log: str, async_log: str, as_json: bool, verbose: bool) -> None:
     except ValueError as exc:
         click.echo(f"spectally parity: {exc}", err=True)
         sys.exit(int(ExitCode.BAD_INPUT))
+    if force_profile is not None:
+        click.echo(f"spectally parity: both logs replayed under {force_profile} FORCED", err=True)
     if as_json:
         click.echo(json.dumps(report_json(report), indent=2))
     else:

@@ -12,7 +12,7 @@ import click
 from spectally.engine_bridge.steplog.records import BadInput
 from spectally.exit_codes import ExitCode
 
-from . import exits
+from . import exits, options
 from .import_engines import sglang_cmd, trtllm_cmd
 from .import_llamacpp import llamacpp_cmd
 
@@ -36,18 +36,6 @@ IMPORT_EXIT_HELP = exits.epilog(
     " printed as file:line:column: reason)",
     several=True,
 )
-
-
-def _profile_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--force-profile: a profile of the table, else a usage error (exit 2) naming them."""
-    if value is None:
-        return None
-    from spectally.engine_bridge.steplog.profiles import check_profile
-
-    try:
-        return check_profile(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @click.command(epilog=EXIT_HELP)
@@ -74,19 +62,7 @@ def _profile_option(ctx: click.Context, param: click.Parameter, value: str | Non
     help="replay every record through the reference machine, one event at a time (the"
     " columnar checker is skipped; same verdicts, slower)",
 )
-@click.option(
-    "--force-profile",
-    "force_profile",
-    default=None,
-    metavar="PROFILE",
-    callback=_profile_option,
-    help="count every log under PROFILE (vllm-legacy: vLLM <= 0.33; vllm-0.34: vLLM 0.34;"
-    " llama.cpp: llama.cpp 0.5; header counting rfc: vllm-legacy-rfc: vLLM 0.32, 0.33 with"
-    " the counting fix; vllm-0.34-rfc: vLLM 0.34 with the counting fix)"
-    " whatever engine version"
-    " its header names, e.g. a newer release whose counting source you compared (docs/replay.md,"
-    " Profiles); without it such a log is refused (exit 2). Reports say the profile was FORCED.",
-)
+@options.force_profile
 @click.option(
     "--check-invariants",
     is_flag=True,

@@ -43,6 +43,7 @@ class Side:
     rfc: dict[str, Any]
     shift: dict[str, Any]
     declaration: CountingDeclaration | None
+    forced: bool = False  # the profile was given with --force-profile, not read from the header
 
     @classmethod
     def of(cls, label: str, result: ReplayResult) -> Side:
@@ -57,6 +58,7 @@ class Side:
             rfc,
             s["shift"],
             DECLARATIONS.get(s["profile"]),
+            s.get("profile_forced") is not None,
         )
 
     @property
@@ -96,7 +98,7 @@ def table(a: Side, b: Side) -> list[tuple[str, str, str]]:
 
     rows: list[tuple[str, str, str]] = [
         ("engine", a.engine, b.engine),
-        ("profile", a.profile, b.profile),
+        ("profile", *both(lambda s: s.profile + (" FORCED" if s.forced else ""))),
         ("as reported: drafted", *both(lambda s: s.reported["drafted"])),
         ("as reported: accepted", *both(lambda s: s.reported["accepted"])),
         ("as reported: num_drafts (steps)", *both(lambda s: s.reported["spec_steps"])),

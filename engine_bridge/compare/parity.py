@@ -149,11 +149,16 @@ class _Recorder(Replayer):
         self.engine = engine
 
 
-def read_run(path: str, lines: Iterable[tuple[int, bytes, bool]] | None = None) -> Run:
-    """Replay one log through the reference and collect every request's story and counters.
-    BadInput when the log is malformed; ValueError (with the replay's reason) when the log
-    diverges from the reference (LogDiverges), since its counters then cannot be trusted."""
-    replayer = _Recorder(path)
+def read_run(
+    path: str,
+    lines: Iterable[tuple[int, bytes, bool]] | None = None,
+    force_profile: str | None = None,
+) -> Run:
+    """Replay one log through the reference (under ``force_profile`` when given) and collect
+    every request's story and counters. BadInput when the log is malformed; ValueError (with
+    the replay's reason) when the log diverges from the reference (LogDiverges), since its
+    counters then cannot be trusted."""
+    replayer = _Recorder(path, force_profile=force_profile)
     records: list[tuple[int, Record]] = []
     try:
         for lineno, raw, has_newline in iter_lines(path) if lines is None else lines:

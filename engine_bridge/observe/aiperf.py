@@ -112,12 +112,15 @@ def record(
     return out
 
 
-def export(path: str, profile: str = "rfc", engine: str | None = None) -> Export:
+def export(
+    path: str, profile: str = "rfc", engine: str | None = None, force_profile: str | None = None
+) -> Export:
     """Every request of a step log, as AIPerf records labelled with the header's engine
-    (``engine`` overrides it). `BadInput` for a log the replay refuses, and for a log that
-    diverges from the reference: its counts are not the spec's, so nothing is exported. A log
-    without its totals record is exported with `Export.incomplete` saying so."""
-    timeline = replay_timeline(path, max_points=2)
+    (``engine`` overrides it), replayed under its header's profile or ``force_profile``
+    (--force-profile). `BadInput` for a log the replay refuses, and for a log that diverges
+    from the reference: its counts are not the spec's, so nothing is exported. A log without
+    its totals record is exported with `Export.incomplete` saying so."""
+    timeline = replay_timeline(path, force_profile=force_profile, max_points=2)
     result = Export(profile=profile if profile == "rfc" else timeline.profile)
     if timeline.divergence is not None:
         raise BadInput(

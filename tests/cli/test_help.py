@@ -30,8 +30,8 @@ def commands() -> list[tuple[tuple[str, ...], click.Command]]:
 
 
 def test_every_command_module_is_a_command_of_the_front_door() -> None:
-    # The help; python -m; the import group's subcommands kept in modules of their own.
-    shared = {"exits", "__main__", "import_llamacpp", "import_engines"}
+    # The help, the shared options; python -m; the import group's subcommands in their own modules.
+    shared = {"exits", "options", "__main__", "import_llamacpp", "import_engines"}
     modules = {m.name for m in pkgutil.iter_modules(spectally.commands.__path__)} - shared
     listed = {target.split(":")[0].rsplit(".", 1)[1] for target, _, _ in LAZY_COMMANDS.values()}
     assert modules == listed

@@ -330,3 +330,77 @@ def test_the_docs_show_the_refusal_as_printed(tmp_path: Path) -> None:
     result = replay_file(str(path), progress=False)
     shown = str(result.bad_input).replace(str(path), "log.ndjson")
     assert shown in (ROOT / "docs" / "replay.md").read_text().splitlines()
+
+
+def _command(*args: str) -> Any:
+    from spectally.commands import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_compare_takes_force_profile(tmp_path: Path) -> None:
+    """compare replays both logs: an unknown version is refused as replay refuses it, and with
+    --force-profile both are counted under it and the profile row says FORCED."""
+    log = versioned(tmp_path, SYNC)
+    refused = _command("compare", str(log), str(ASYNC))
+    assert refused.exit_code == 2, refused.output
+    assert "no counting profile for vllm 0.35.0" in refused.output
+    forced = _command("compare", str(log), str(ASYNC), *FORCE)
+    assert forced.exit_code == 0, forced.output
+    assert forced.output == _command("compare", str(SYNC), str(ASYNC), *FORCE).output.replace(
+        str(SYNC), str(log)
+    ).replace("vllm 0.32.0 ", "vllm 0.35.0 ", 1)
+    row = next(line for line in forced.output.splitlines() if line.startswith("profile"))
+    assert row.split() == ["profile", LEGACY_PROFILE, "FORCED", LEGACY_PROFILE, "FORCED"]
+
+
+def test_export_aiperf_takes_force_profile(tmp_path: Path) -> None:
+    log = versioned(tmp_path, SYNC)
+    assert _command("export", "aiperf", str(log)).exit_code == 2
+    forced = _command("export", "aiperf", str(log), *FORCE)
+    assert forced.exit_code == 0, forced.output
+    own = _command("export", "aiperf", str(SYNC))
+    assert forced.stdout == own.stdout  # the same counts, the same records
+    assert f"the log replayed under {LEGACY_PROFILE} FORCED" in forced.stderr
+
+
+def test_rules_tests_from_takes_force_profile(tmp_path: Path) -> None:
+    log = versioned(tmp_path, SYNC)
+    out = tmp_path / "rules"
+    assert _command("rules", "--out", str(out), "--tests-from", str(log)).exit_code == 2
+    forced = _command("rules", "--out", str(out), "--tests-from", str(log), *FORCE)
+    assert forced.exit_code == 0, forced.output
+    own = tmp_path / "own"
+    assert _command("rules", "--out", str(own), "--tests-from", str(SYNC)).exit_code == 0
+    (written,) = out.glob("test-*.yml")
+    (expected,) = own.glob("test-*.yml")
+    assert written.read_text() == expected.read_text().replace(str(SYNC), str(log))
+
+
+def test_force_profile_is_checked_wherever_it_is_taken(tmp_path: Path) -> None:
+    """An unknown profile name is a usage error in every command; rules without --tests-from
+    has no log to force it on."""
+    for args in (
+        ["compare", str(SYNC), str(ASYNC)],
+        ["export", "aiperf", str(SYNC)],
+        ["rules", "--out", str(tmp_path / "r"), "--tests-from", str(SYNC)],
+        ["parity", str(SYNC), str(ASYNC)],
+    ):
+        result = _command(*args, "--force-profile", "0.33.0")
+        assert result.exit_code == 2 and "unknown counting profile '0.33.0'" in result.output
+    alone = _command("rules", "--out", str(tmp_path / "r"), *FORCE)
+    assert alone.exit_code == 2
+    assert "--force-profile applies to the --tests-from logs" in alone.output
+
+
+def test_parity_takes_force_profile(tmp_path: Path) -> None:
+    """parity replays both runs through the reference: forced, the report is the one of the
+    logs' own profile, and stderr says the profile was forced."""
+    sync_run, async_run = VLLM / "sync-draft-noise05-k3-so-json-xgrammar.ndjson.gz", ASYNC
+    log = versioned(tmp_path, sync_run)
+    assert _command("parity", str(log), str(async_run)).exit_code == 2
+    forced = _command("parity", str(log), str(async_run), "--json", *FORCE)
+    own = _command("parity", str(sync_run), str(async_run), "--json")
+    assert forced.exit_code == own.exit_code, forced.output
+    assert json.loads(forced.stdout) == json.loads(own.stdout.replace(str(sync_run), str(log)))
+    assert f"both logs replayed under {LEGACY_PROFILE} FORCED" in forced.stderr
