@@ -10,7 +10,7 @@ from spectally.engine_bridge.compare.version_diff import diff, render, resolve_t
 from spectally.engine_bridge.steplog.records import BadInput
 from spectally.exit_codes import ExitCode
 
-from . import exits
+from . import exits, options
 
 
 @click.command(
@@ -29,11 +29,12 @@ from . import exits
     help="a release to compare with (e.g. 0.34.0; repeatable); default: every profile",
 )
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
-def version_diff(log: str, to: tuple[str, ...], as_json: bool) -> None:
+@options.force_profile
+def version_diff(log: str, to: tuple[str, ...], as_json: bool, force_profile: str | None) -> None:
     """Show what a log's engine counters (vLLM, llama.cpp) would read under another release's
     counting (what a dashboard does on upgrade), beside the RFC's counters."""
     try:
-        d = diff(log, resolve_targets(log, to) or None)
+        d = diff(log, resolve_targets(log, to) or None, force_profile)
     except BadInput as exc:
         click.echo(str(exc), err=True)
         raise SystemExit(int(ExitCode.BAD_INPUT)) from None

@@ -37,6 +37,7 @@ from spectally.reference.step import Mode, StepInputs, grammar_keeps, legacy_ste
 
 from ..steplog.header import Header, counting_profile, profile_for
 from ..steplog.limits import version_error
+from ..steplog.profiles import resolve
 from ..steplog.records import BadInput, Record, parse_line
 from ..steplog.source import iter_lines
 
@@ -144,7 +145,7 @@ def resolve_targets(path: str, versions: tuple[str, ...] | list[str]) -> list[st
                 f"--to {version!r}: no counting profile for {engine} {version} (no such"
                 f" {engine} release is declared, reference/profile.py RELEASES); for this"
                 f" {engine} log --to takes {takes or 'no release'}. A log of an undeclared"
-                " release replays only with spectally replay --force-profile PROFILE"
+                " release replays only with --force-profile PROFILE"
                 f" ({', '.join(n for n, p in PROFILES.items() if p.engine == engine)})"
             )
         if why is not None:
@@ -153,12 +154,15 @@ def resolve_targets(path: str, versions: tuple[str, ...] | list[str]) -> list[st
     return out
 
 
-def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
-    """The log's counts under its own profile and each of ``targets`` (default: every one).
-    Raises BadInput on a log the replay does not judge AGREE under its own profile."""
+def diff(
+    path: str, targets: list[str] | None = None, force_profile: str | None = None
+) -> dict[str, Any]:
+    """The log's counts under its own profile (``force_profile``, --force-profile, when given)
+    and each of ``targets`` (default: every one). Raises BadInput on a log the replay does not
+    judge AGREE under its own profile."""
     from ..replay.dispatch import replay_file
 
-    result = replay_file(path, progress=False)
+    result = replay_file(path, progress=False, force_profile=force_profile)
     if result.bad_input is not None:  # unreadable or malformed: the reader's own file:line
         raise result.bad_input
     if result.status != "agree":
@@ -184,7 +188,7 @@ def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
         rec = parse_line(path, lineno, line, has_newline)
         kind = rec["record"]
         if kind == "header":
-            header = Header.from_record(rec)
+            header = resolve(Header.from_record(rec), force_profile)
             own_name = header.profile
             assert own_name is not None  # replay_file refused it otherwise
             # Default: the releases of the log's own engine (another engine: spectally compare).
@@ -218,6 +222,7 @@ def diff(path: str, targets: list[str] | None = None) -> dict[str, Any]:
         "mode": header.mode.value,
         "k": header.k,
         "own_profile": header.profile,
+        "own_profile_forced": force_profile is not None,
         "replay": result.status,
         "columns": [c.view() for c in columns.values()],
         "own_matches_replay": _own_matches(own_col, result.summary),
@@ -244,7 +249,8 @@ def render(d: dict[str, Any]) -> str:
     cols = d["columns"]
     head = f"{d['file']}: {d['engine']}, {d['mode']}, k={d['k']}; replay {d['replay'].upper()}"
     names = [
-        f"{c['profile']} ({', '.join(c['releases'])})" + (" own" if i == 0 else "")
+        f"{c['profile']} ({', '.join(c['releases'])})"
+        + ((" own FORCED" if d.get("own_profile_forced") else " own") if i == 0 else "")
         for i, c in enumerate(cols)
     ]
     width = max(24, *(len(n) + 2 for n in names))

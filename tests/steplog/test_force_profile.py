@@ -385,6 +385,7 @@ def test_force_profile_is_checked_wherever_it_is_taken(tmp_path: Path) -> None:
         ["export", "aiperf", str(SYNC)],
         ["rules", "--out", str(tmp_path / "r"), "--tests-from", str(SYNC)],
         ["parity", str(SYNC), str(ASYNC)],
+        ["version-diff", str(SYNC)],
     ):
         result = _command(*args, "--force-profile", "0.33.0")
         assert result.exit_code == 2 and "unknown counting profile '0.33.0'" in result.output
@@ -404,3 +405,20 @@ def test_parity_takes_force_profile(tmp_path: Path) -> None:
     assert forced.exit_code == own.exit_code, forced.output
     assert json.loads(forced.stdout) == json.loads(own.stdout.replace(str(sync_run), str(log)))
     assert f"both logs replayed under {LEGACY_PROFILE} FORCED" in forced.stderr
+
+
+def test_version_diff_takes_force_profile(tmp_path: Path) -> None:
+    """version-diff of a release without a profile: forced, its own column is the forced
+    profile's, marked FORCED, with the counts of the log's real own profile."""
+    log = versioned(tmp_path, SYNC)
+    assert _command("version-diff", str(log)).exit_code == 2
+    forced = _command("version-diff", str(log), "--json", *FORCE)
+    assert forced.exit_code == 0, forced.output
+    got, own = (
+        json.loads(forced.stdout),
+        json.loads(_command("version-diff", str(SYNC), "--json").stdout),
+    )
+    assert got["own_profile_forced"] is True and own["own_profile_forced"] is False
+    assert got["columns"] == own["columns"] and got["own_matches_replay"]
+    text = _command("version-diff", str(log), *FORCE).output
+    assert f"{LEGACY_PROFILE} (0.32, 0.33) own FORCED" in text
