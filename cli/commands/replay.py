@@ -131,6 +131,7 @@ def replay(
     from spectally.engine_bridge.fleet import (
         BackendUnavailable,
         ReplayOptions,
+        copy_notes,
         fleet_summary,
         render_fleet,
         run_fleet,
@@ -153,6 +154,9 @@ def replay(
         reference=reference,
         force_profile=force_profile,
     )
+
+    for note in copy_notes(files) if len(files) > 1 else []:
+        click.echo(f"spectally replay: {note}", err=True)
 
     def show(outcome: FileOutcome) -> None:
         if not as_json:

@@ -6,6 +6,7 @@ The public face, what the ``replay`` command and a user import:
 - `run_fleet`: every file's `FileOutcome`, in input order, from either backend;
 - `ReplayOptions`, `FileOutcome`, `EngineInfo`, `replay_one`, `read_engine_info` (`job`): one
   file, the unit of work both backends run; `check_distinct`, no log given twice;
+  `copy_notes`, the logs that hold the same content as an earlier one;
   `BackendUnavailable`, what a backend raises when it cannot run (bad usage, exit 2);
 - `replay_local`, `usable_cores` (`local`): the local backend;
 - `fleet_summary`, `render_fleet` (`report`): the merged report as data and as text.
@@ -24,6 +25,7 @@ from .job import (
     FileOutcome,
     ReplayOptions,
     check_distinct,
+    copy_notes,
     read_engine_info,
     replay_one,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "FileOutcome",
     "ReplayOptions",
     "check_distinct",
+    "copy_notes",
     "fleet_summary",
     "read_engine_info",
     "render_fleet",

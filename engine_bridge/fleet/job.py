@@ -20,7 +20,7 @@ from spectally.reference.errors import SpectallyError
 from ..replay.dispatch import render_summary, replay_file, result_json
 from ..replay.options import ReplayOptions as ReplayOptions
 from ..steplog.records import BadInput
-from ..steplog.source import first_copy, first_repeat
+from ..steplog.source import copies, first_repeat
 
 
 class BackendUnavailable(SpectallyError):
@@ -90,20 +90,30 @@ def regular_file(path: str) -> bool:
 
 def check_distinct(paths: Sequence[str]) -> None:
     """`BadInput` naming the second path when two name one log (`source.first_repeat`: the
-    same device and inode, through every symlink; ``-`` twice: stdin reads once) or hold one
-    log (`source.first_copy`: a copy, or a log and its gzipped copy): the fleet would count it
-    twice. A missing or unreadable path is left to its replay to report."""
-    pair, what = first_repeat(paths), "the same log as {}, given twice"
-    if pair is None and len(paths) > 1:
-        pair, what = first_copy(paths), "a copy of {} (the same content, maybe one of them gzipped)"
-    if pair is not None:
+    same device and inode, through every symlink; ``-`` twice: stdin reads once): the fleet
+    would count it twice. A missing or unreadable path is left to its replay to report."""
+    repeat = first_repeat(paths)
+    if repeat is not None:
+        first, second = paths[repeat[0]], paths[repeat[1]]
         raise BadInput(
-            paths[pair[1]],
+            second,
             1,
             1,
-            what.format(repr(paths[pair[0]]))
-            + ": its counts would enter the fleet totals twice (name each log once)",
+            f"the same log as {first!r}, given twice: its counts would enter the fleet"
+            " totals twice (name each log once)",
         )
+
+
+def copy_notes(paths: Sequence[str]) -> list[str]:
+    """A note for each path holding the same log as an earlier one (`source.copies`): a copy
+    or a gzipped copy would enter the fleet totals twice, but a byte-identical rerun of a
+    deterministic engine is two runs, so the user decides; nothing is refused."""
+    return [
+        f"note: {paths[later]} holds the same log as {paths[first]} (the same decompressed"
+        " size and first 64 KiB: a copy, a gzipped copy or a byte-identical rerun); both"
+        " enter the fleet totals"
+        for first, later in copies(paths)
+    ]
 
 
 def read_engine_info(path: str, force_profile: str | None = None) -> EngineInfo | None:

@@ -163,22 +163,33 @@ def first_repeat(paths: Iterable[str | None]) -> tuple[int, int] | None:
     return None
 
 
-# How much of a log's start (decompressed) tells a copy of it: with its size, the first 64 KiB
-# hold hundreds of records, whose request ids an engine draws at random in every run.
+# How much of a log's start (decompressed), with its size, tells a copy of it: 64 KiB hold
+# hundreds of records. Two runs can still write the same bytes (an offline engine numbers its
+# requests 0, 1, 2, ...; greedy sampling), so a copy is reported, never refused.
 COPY_PREFIX_BYTES = 1 << 16
 
 
-def first_copy(paths: Iterable[str | None]) -> tuple[int, int] | None:
-    """The indices (earlier, later) of the first two regular files among ``paths`` with one
-    content: the same decompressed size and the same first `COPY_PREFIX_BYTES` (a copy, or a
-    log and its gzipped copy). A ``None`` path, a stream, an empty file and one that cannot be
-    read (its reader says why) are left out."""
-    import hashlib  # here: only a replay of several logs looks for copies
+def copies(paths: Iterable[str | None]) -> list[tuple[int, int]]:
+    """(earlier, later) index pairs of regular files among ``paths`` with one content: the
+    same decompressed size and the same first `COPY_PREFIX_BYTES` (a copy, a log and its
+    gzipped copy, or a byte-identical rerun); each later file paired with the first it equals.
+    A ``None`` path, a stream, an empty file, one that cannot be read (its reader says why)
+    and one file named twice (`first_repeat` says so) are left out."""
+    import hashlib  # here: only a run of several logs looks for copies
 
     seen: dict[tuple[int, bytes], int] = {}
+    files: set[tuple[int, int]] = set()
+    pairs: list[tuple[int, int]] = []
     for i, path in enumerate(paths):
-        if path is None or not rereadable(path):
+        if path is None or path == "-":
             continue
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):  # ValueError: a NUL in the path
+            continue
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in files:
+            continue
+        files.add((st.st_dev, st.st_ino))
         size = log_bytes(path)
         if not size:
             continue
@@ -192,8 +203,8 @@ def first_copy(paths: Iterable[str | None]) -> tuple[int, int] | None:
             continue
         first = seen.setdefault((size, hashlib.blake2b(head, digest_size=16).digest()), i)
         if first != i:
-            return first, i
-    return None
+            pairs.append((first, i))
+    return pairs
 
 
 def log_bytes(path: str) -> int | None:
