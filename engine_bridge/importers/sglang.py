@@ -41,10 +41,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..steplog.limits import MAX_INT
-from ..steplog.source import BadInput, iter_text_lines
+from ..steplog.source import BadInput, iter_text_lines, json_values
 from .findings import NOTE, OK, VIOLATION, Finding
 from .prometheus import samples_of_line
-from .requests import json_values
 
 VERSION = "0.5.23"
 HALF_ULP = 0.005  # :.2f

@@ -26,17 +26,16 @@ from collections.abc import Hashable
 from typing import Any
 
 from ..steplog.limits import MAX_INT
-from ..steplog.source import BadInput, read_text, strict_loads
+from ..steplog.source import BadInput, json_values, read_text, strict_loads
 from .findings import NOTE, OK, VIOLATION, Finding
 from .inputs import refuse_second
-from .requests import json_values
 
 FIELDS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens")
 
 
 def _records(path: str) -> list[tuple[int, Any]]:
     """(line, record) of a JSON list or NDJSON, each record at the line it starts on (a
-    pretty-printed list spans many), read as `requests.json_values` reads per-request JSON."""
+    pretty-printed list spans many), read as `source.json_values` reads per-request JSON."""
     text = read_text(path)
     if not text.strip():
         raise BadInput(path, 1, 1, "empty input: no iteration stats")

@@ -444,6 +444,65 @@ def read_text(path: str) -> str:
     return "".join(parts)
 
 
+def json_values(path: str, text: str, *, allow_nan: bool = True) -> list[tuple[int, Any]]:
+    """(line, JSON value) for a JSON document, the items of a top-level array, or NDJSON.
+
+    Strict JSON (`strict_raw_decode`: no duplicate keys, integers within 2**63 - 1) but
+    NaN and Infinity are read as floats unless ``allow_nan`` is false: Python's json.dumps
+    writes them, so a vLLM dump may hold one, and a NaN mean length is the engine's violation
+    to report, not unreadable input."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:
+        at = too_deep(text)
+        if at is not None:
+            line, col = line_col(text, at)
+            raise BadInput(path, line, col, f"JSON nested deeper than the limit {MAX_DEPTH}")
+    line_of = _LineCounter(text)
+    i = len(text) - len(text.lstrip())
+    if text[i : i + 1] == "[":
+        out: list[tuple[int, Any]] = []
+        i += 1
+        while True:
+            i = _skip(_SEPARATORS, text, i)
+            if i >= len(text):
+                line, col = line_col(text, i)
+                raise BadInput(path, line, col, "unterminated JSON array")
+            if text[i] == "]":
+                return out
+            value, end = strict_raw_decode(path, text, i, allow_nan=allow_nan)
+            out.append((line_of(i), value))
+            i = end
+    values: list[tuple[int, Any]] = []
+    while i < len(text):
+        value, end = strict_raw_decode(path, text, i, allow_nan=allow_nan)
+        values.append((line_of(i), value))
+        i = _skip(_BLANK, text, end)
+    return values
+
+
+_SEPARATORS = re.compile(r"[ \t\r\n,]*")
+_BLANK = re.compile(r"[ \t\r\n]*")
+
+
+def _skip(chars: re.Pattern[str], text: str, i: int) -> int:
+    """The offset after the run of ``chars`` at ``i`` (in one C call, not a loop per byte)."""
+    m = chars.match(text, i)
+    return m.end() if m else i
+
+
+class _LineCounter:
+    """1-based line of an offset of ``text``, for offsets that only grow: the newlines are
+    counted from the last offset asked for, not from the start (the values of a 30 MB file
+    cost one pass, not one pass each)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.at, self.line = text, 0, 1
+
+    def __call__(self, offset: int) -> int:
+        self.line += self.text.count("\n", self.at, offset)
+        self.at = offset
+        return self.line
+
+
 # -- strict JSON ---------------------------------------------------------------------------------
 
 
