@@ -268,12 +268,12 @@ def _check_sample(
                 f"{name} = {value!r} exceeds the limit 2**63 - 1 (docs/limits.md)",
             )
     position = labels.get("position")
+    column = raw.find("position=") + 1 or 1  # the label's column (1: no such label)
     if canonical(name) == PER_POS + "_total" and not _is_index(position):
-        at = raw.find("position=")
         raise BadInput(
             path,
             lineno,
-            at + 1 if at >= 0 else 1,
+            column,
             f"{name} with position={position!r}: a per-position sample names its draft"
             " position as vLLM does, 0, 1, 2, ... (without it the sample would be dropped and"
             " the checks run on the other positions)"
@@ -287,11 +287,10 @@ def _check_sample(
         and position.isdigit()
         and (len(position) > len(str(MAX_K)) or int(position) >= MAX_K)
     ):
-        at = raw.find("position=")
         raise BadInput(
             path,
             lineno,
-            at + 1 if at >= 0 else 1,
+            column,
             f"position {position[:20]} is beyond k <= {MAX_K} (docs/limits.md)",
         )
 
