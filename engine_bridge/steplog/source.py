@@ -233,11 +233,11 @@ _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 def copy_checked(
     path: str, out: BinaryIO, *, max_line: int = MAX_LINE_BYTES, max_bytes: int | None = None
 ) -> None:
-    """Copy the decompressed bytes of ``path`` (a stream: stdin, a pipe) to ``out``, MAX_LINE_BYTES
-    at a time, stopping with `BadInput` at the first line longer than ``max_line``, past
-    ``max_bytes`` in all (when given) or at the first control byte no NDJSON line holds: an
-    endless input (``/dev/zero``, ``/dev/urandom``, a pipe that never ends a line) ends there
-    instead of filling the disk."""
+    """Copy the decompressed bytes of ``path`` to ``out`` (replay's copy of a stream: stdin, a
+    pipe; `read_text`'s document), MAX_LINE_BYTES at a time, stopping with `BadInput` at the
+    first line longer than ``max_line``, past ``max_bytes`` in all (when given) or at the first
+    control byte no JSON line holds: an endless input (``/dev/zero``, ``/dev/urandom``, a pipe
+    that never ends a line) ends there instead of filling the disk or memory."""
     assert max_line >= MAX_LINE_BYTES  # a chunk then never holds a whole line that is too long
     stream = open_binary(path)
     line, run = 1, 0  # the line being read, and its bytes so far
