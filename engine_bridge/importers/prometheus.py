@@ -83,10 +83,9 @@ class Series:
         return min(lines) if lines else self.first
 
     def positions(self) -> list[int]:
-        if not self.per_pos:
-            return []
-        k = max(self.per_pos) + 1
-        return [int(self.per_pos.get(i, (0.0, 0))[0]) for i in range(k)]
+        """Accepted per draft position, 0..k-1 (`_check_positions` refuses a series that
+        skips one)."""
+        return [int(self.per_pos[i][0]) for i in range(len(self.per_pos))]
 
     def name(self) -> str:
         return "{" + ",".join(f'{k}="{v}"' for k, v in self.labels) + "}"
