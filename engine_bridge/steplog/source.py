@@ -141,6 +141,15 @@ def rereadable(path: str) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
+def _stat(path: str) -> os.stat_result | None:
+    """``os.stat`` through every symlink; None for a path that cannot be looked at (its
+    reader says why)."""
+    try:
+        return os.stat(path)
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+
+
 def first_repeat(paths: Iterable[str | None]) -> tuple[int, int] | None:
     """The indices (earlier, later) of the first two ``paths`` that name one input: the same
     device and inode, through every symlink, or ``-`` twice (stdin gives its bytes once). A
@@ -152,9 +161,8 @@ def first_repeat(paths: Iterable[str | None]) -> tuple[int, int] | None:
         if path == "-":
             key = (-1, -1)
         else:
-            try:
-                st = os.stat(path)
-            except (OSError, ValueError):  # ValueError: a NUL in the path
+            st = _stat(path)
+            if st is None:
                 continue
             key = (st.st_dev, st.st_ino)
         first = seen.setdefault(key, i)
@@ -183,11 +191,8 @@ def copies(paths: Iterable[str | None]) -> list[tuple[int, int]]:
     for i, path in enumerate(paths):
         if path is None or path == "-":
             continue
-        try:
-            st = os.stat(path)
-        except (OSError, ValueError):  # ValueError: a NUL in the path
-            continue
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in files:
+        st = _stat(path)
+        if st is None or not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in files:
             continue
         files.add((st.st_dev, st.st_ino))
         size = log_bytes(path)
